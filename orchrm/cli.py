@@ -1,0 +1,193 @@
+"""``orchrm``: the command line. Each subcommand parses arguments and calls one library function.
+
+Run ``orchrm <command> --help`` for the arguments of each command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from orchrm.errors import OrchRMError
+
+_TELEMETRY_OFF = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "GX_ANALYTICS_ENABLED": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+DOMAIN_CHOICES = ("math", "code", "multihop", "webqa", "all")
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from orchrm.collect import collect_to_file, summarize
+    from orchrm.config import load_config
+
+    cfg = load_config(args.config)
+    domains = cfg.collect.domains if args.domain == "all" else (args.domain,)
+    df = collect_to_file(
+        args.out,
+        domains=domains,
+        tasks_per_domain=args.tasks,
+        plans_per_task=args.plans,
+        seed=args.seed,
+        source=args.source,
+        workers=args.workers,
+        noise=cfg.sandbox,
+        orchestrators=cfg.collect.orchestrators,
+        progress=not args.quiet,
+    )
+    print(summarize(df))
+    print(f"wrote {len(df)} artifacts to {args.out}")
+    return 0
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from orchrm.traces import ingest_file
+
+    df = ingest_file(args.traces, args.out, run_id=args.run_id)
+    print(f"ingested {len(df)} artifacts from {args.traces} into {args.out}")
+    return 0
+
+
+def _cmd_pairs(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.pairs import build_pairs_file
+
+    cfg = load_config(args.config)
+    pairs = build_pairs_file(args.artifacts, args.out, config=cfg.pairs)
+    print(f"wrote {len(pairs)} pairs to {args.out}")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from orchrm.validation import validate_files
+
+    if not args.artifacts and not args.pairs:
+        raise SystemExit("orchrm validate: give --artifacts and/or --pairs")
+    report = validate_files(artifacts=args.artifacts, pairs=args.pairs, out_dir=args.out_dir)
+    print(report)
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.train import train_from_file
+
+    cfg = load_config(args.config)
+    overrides = {k: v for k, v in {"encoder": args.encoder}.items() if v is not None}
+    model_cfg = cfg.model.model_copy(update=overrides)
+    train_over = {k: v for k, v in {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr}.items() if v is not None}
+    train_cfg = cfg.train.model_copy(update=train_over)
+    result = train_from_file(args.pairs, args.out, model_config=model_cfg, train_config=train_cfg, resume=args.resume)
+    print(result)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from orchrm.demo import run_demo
+
+    run_demo(args.config, out_dir=args.out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchrm",
+        description="Train reward models for multi-agent orchestration from the artifacts your system already produces.",
+        epilog="Pipeline: collect -> validate -> pairs -> validate -> train. `orchrm demo` runs it all on embedded defaults.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str, description: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=description)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add(
+        "collect",
+        _cmd_collect,
+        "run candidate plans on tasks and record every artifact",
+        "Sample --plans candidate plans per task, execute them in the sandbox (no LLM needed) in parallel "
+        "processes, and write the artifact table (every intermediate and final output, with token costs). "
+        "Deterministic for a seed.",
+    )
+    p.add_argument("--domain", choices=DOMAIN_CHOICES, default="all", help="task domain (default: all)")
+    p.add_argument("--tasks", type=int, default=50, help="tasks per domain (default: 50)")
+    p.add_argument("--plans", type=int, default=8, help="candidate plans per task (default: 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed for tasks, plans and the sandbox (default: 0)")
+    p.add_argument("--source", default=None, help="task source, e.g. gsm8k:PATH, squad:PATH (default: built-in generators)")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU core)")
+    p.add_argument("--config", default=None, help="YAML config (sandbox noise, samplers); default: built-in defaults")
+    p.add_argument("--out", required=True, help="output table, .parquet or .jsonl")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    p = add(
+        "ingest",
+        _cmd_ingest,
+        "validate and normalise your own system's traces into an artifact table",
+        "Read traces (JSONL or Parquet) in the artifact schema; required: task_id, question, plan_text or "
+        "node_id+agent, content, and quality or answer+reference. Any bad row stops the ingest with an error "
+        "naming rows and columns; nothing partial is written.",
+    )
+    p.add_argument("--traces", required=True, help="input traces, .jsonl or .parquet")
+    p.add_argument("--out", required=True, help="output artifact table, .parquet or .jsonl")
+    p.add_argument("--run-id", default=None, help="run id to stamp on ingested rows (default: hash of the file)")
+
+    p = add("pairs", _cmd_pairs, "turn artifacts into win/loss pairs", "Build the pair table (TRL preference columns) from an artifact table.")
+    p.add_argument("--artifacts", required=True, help="artifact table")
+    p.add_argument("--out", required=True, help="output pair table, .parquet or .jsonl")
+    p.add_argument("--config", default=None, help="YAML config (pairs: section)")
+
+    p = add(
+        "validate",
+        _cmd_validate,
+        "run the Great Expectations gates on artifact and/or pair tables",
+        "Validate tables against expectations/*.json. Exits non-zero listing every failed expectation; writes "
+        "GX results (JSON) and Data Docs (HTML) either way.",
+    )
+    p.add_argument("--artifacts", default=None, help="artifact table to validate")
+    p.add_argument("--pairs", default=None, help="pair table to validate")
+    p.add_argument("--out-dir", default=None, help="where to write results and Data Docs (default: .orchrm/validation)")
+
+    p = add("train", _cmd_train, "fit a Bradley-Terry reward model on pairs", "Train a reward model on a pair table and save it to --out.")
+    p.add_argument("--pairs", required=True, help="pair table")
+    p.add_argument("--out", required=True, help="output model directory")
+    p.add_argument("--encoder", default=None, help="scratch | minilm | a local Hugging Face model directory")
+    p.add_argument("--epochs", type=int, default=None, help="epochs (default: from config, 10)")
+    p.add_argument("--batch-size", type=int, default=None, help="tasks' pairs per step (default: from config, 32)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: from config)")
+    p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
+    p.add_argument("--config", default=None, help="YAML config (model: and train: sections)")
+
+    p = add("demo", _cmd_demo, "run the pipeline on embedded defaults", "Run the whole pipeline on the sandbox and print what happened.")
+    p.add_argument("--config", default="configs/default.yaml" if Path("configs/default.yaml").exists() else None, help="YAML config")
+    p.add_argument("--out", default=None, help="output folder (default: the config's data_dir)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    for key, value in _TELEMETRY_OFF.items():
+        os.environ.setdefault(key, value)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except OrchRMError as exc:
+        print(f"orchrm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"orchrm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; nothing partial was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Errors that name the problem and the fix. Every public failure in OrchRM is one of these."""
+
+from __future__ import annotations
+
+
+class OrchRMError(Exception):
+    """Base class: catch this to handle any OrchRM failure."""
+
+
+class PlanError(OrchRMError, ValueError):
+    """A plan text or Plan object is invalid; the message names the node and the fix."""
+
+
+class ConfigError(OrchRMError, ValueError):
+    """A configuration file or value is invalid; the message names the field."""
+
+
+class TaskError(OrchRMError, ValueError):
+    """A task suite cannot be loaded or a task is malformed."""
+
+
+class TraceSchemaError(OrchRMError, ValueError):
+    """External traces or an artifact table break the schema (DESIGN §3); names rows and columns."""
+
+
+class DataQualityError(OrchRMError):
+    """A Great Expectations gate failed; lists every failed expectation with offending rows."""
+
+
+class ModelFileError(OrchRMError, ValueError):
+    """A saved reward model is missing, truncated, foreign or corrupt."""
+
+
+class TrainingError(OrchRMError, RuntimeError):
+    """Training cannot continue (for example a NaN loss); the last good checkpoint is kept."""

@@ -1,0 +1,94 @@
+"""The Task record (DESIGN §3) and the registry of task suites."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from orchrm.errors import TaskError
+
+BUILTIN_DOMAINS: tuple[str, ...] = ("math", "code", "multihop", "webqa")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task. ``reference`` is the gold answer (or unit tests) and is never shown to the
+    reward model; ``metadata`` holds what the sandbox needs to simulate agents (solution steps,
+    knowledge-graph path, corpus ids) and is likewise hidden from it."""
+
+    task_id: str
+    domain: str
+    question: str
+    reference: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.task_id or not isinstance(self.task_id, str):
+            raise TaskError(f"task_id must be a non-empty string, got {self.task_id!r}")
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise TaskError(f"task {self.task_id!r}: question is empty")
+        if not isinstance(self.metadata, MappingProxyType):
+            object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "domain": self.domain,
+            "question": self.question,
+            "reference": self.reference,
+            "metadata": dict(self.metadata),
+        }
+
+
+def stable_id(*parts: object, n: int = 12) -> str:
+    """A short hex id from the parts' text (stable across processes and runs)."""
+    return hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    """A named way to get tasks of a domain: ``load(n, seed) -> list[Task]``.
+
+    ``builtin`` sources generate tasks and need no files; the others read a data set and raise
+    :class:`TaskError` naming the missing file when it is absent.
+    """
+
+    domain: str
+    name: str
+    load: Callable[[int, int], Sequence[Task]]
+    doc: str
+
+
+_SOURCES: dict[tuple[str, str], TaskSource] = {}
+
+
+def register_source(source: TaskSource) -> TaskSource:
+    _SOURCES[(source.domain, source.name)] = source
+    return source
+
+
+def sources() -> Mapping[tuple[str, str], TaskSource]:
+    from orchrm.tasks import _register_builtin_sources
+
+    _register_builtin_sources()
+    return MappingProxyType(_SOURCES)
+
+
+def load_tasks(domain: str, n: int, *, seed: int = 0, source: str = "builtin") -> list[Task]:
+    """``n`` tasks of ``domain`` from ``source`` (default: the built-in generator), seeded."""
+    if n <= 0:
+        raise TaskError(f"asked for {n} tasks; ask for at least 1")
+    src = sources().get((domain, source))
+    if src is None:
+        known = sorted(f"{d}:{s}" for d, s in sources())
+        raise TaskError(f"no task source {source!r} for domain {domain!r}; known: {', '.join(known)}")
+    tasks = list(src.load(n, seed))
+    if not tasks:
+        raise TaskError(f"task source {domain}:{source} returned no tasks")
+    ids = [t.task_id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise TaskError(f"task source {domain}:{source} returned duplicate task ids")
+    return tasks
