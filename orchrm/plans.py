@@ -116,6 +116,9 @@ class PlanNode:
         value = self.params.get("role")
         return None if value is None else str(value)
 
+    def __reduce__(self):  # MappingProxyType does not pickle; rebuild from a plain dict
+        return (_rebuild_node, (self.id, self.agent, dict(self.params)))
+
     def int_param(self, name: str) -> int:
         return int(self.params[name])
 
@@ -266,6 +269,10 @@ class Plan:
 
     def tiers_used(self) -> tuple[str, ...]:
         return tuple(sorted({n.model for n in self.nodes if n.model}))
+
+
+def _rebuild_node(node_id: str, agent: str, params: dict) -> PlanNode:
+    return PlanNode(node_id, agent, MappingProxyType(params))
 
 
 # validation ---------------------------------------------------------------------------------

@@ -158,3 +158,169 @@ def artifacts_frame(rows: list[dict]) -> pd.DataFrame:
     df["is_final"] = df["is_final"].astype(bool)
     df["created_at"] = pd.to_datetime(df["created_at"], utc=True)
     return df
+
+
+# ingestion of a user's own traces -----------------------------------------------------------
+INGEST_REQUIRED = ("task_id", "question", "content")
+
+
+def _rows_text(index: pd.Index, limit: int = 8) -> str:
+    rows = [str(i) for i in index[:limit]]
+    more = f" (+{len(index) - limit} more)" if len(index) > limit else ""
+    return ", ".join(rows) + more
+
+
+def _blank(series: pd.Series) -> pd.Series:
+    """True where a text cell is missing, NaN, not a string, or only whitespace."""
+    return series.map(lambda v: not isinstance(v, str) or not v.strip())
+
+
+def _as_int(series: pd.Series) -> pd.Series:
+    return pd.to_numeric(series, errors="coerce")
+
+
+def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFrame:
+    """Validate and normalise a user's traces into the artifact table (DESIGN §3).
+
+    Required: ``task_id``, ``question``, ``content``; ``plan_text`` or ``node_id`` + ``agent``;
+    ``quality`` or ``answer`` + ``reference``. Everything else is filled: ids by stable hashes,
+    tokens by counting the text, ``cost`` = tokens, ``is_final`` = the last node of each plan,
+    ``quality`` from ``answer`` vs ``reference`` (numeric match for math, token F1 otherwise).
+    Every problem found is reported at once, naming columns and (0-based) rows, as a
+    :class:`TraceSchemaError`; nothing is returned half-normalised.
+    """
+    from orchrm.plans import Plan
+    from orchrm.quality import numeric_match, token_f1
+    from orchrm.tasks.base import stable_id
+    from orchrm.tokens import count_tokens
+
+    if not isinstance(df, pd.DataFrame):
+        raise TraceSchemaError(f"traces must be a table (DataFrame), got {type(df).__name__}")
+    if df.empty:
+        raise TraceSchemaError("the traces hold no rows; nothing to ingest")
+    df = df.reset_index(drop=True).copy()
+    problems: list[str] = []
+    missing = [c for c in INGEST_REQUIRED if c not in df.columns]
+    if "plan_text" not in df.columns and not {"node_id", "agent"} <= set(df.columns):
+        missing.append("plan_text (or node_id + agent)")
+    if "quality" not in df.columns and not {"answer", "reference"} <= set(df.columns):
+        missing.append("quality (or answer + reference)")
+    if missing:
+        raise TraceSchemaError(
+            f"traces lack required column(s): {', '.join(missing)}; present: {', '.join(map(str, df.columns))}"
+        )
+    for col in ("task_id", "question", "content"):
+        bad = df.index[_blank(df[col])]
+        if len(bad):
+            problems.append(f"column '{col}': empty, NaN or not text in rows {_rows_text(bad)}")
+    for col in ("prompt_tokens", "completion_tokens", "depth"):
+        if col in df.columns:
+            values = _as_int(df[col])
+            bad = df.index[values.isna() | (values < 0) | (values % 1 != 0)]
+            if len(bad):
+                problems.append(f"column '{col}': not a non-negative integer in rows {_rows_text(bad)}")
+    if "cost" in df.columns:
+        values = pd.to_numeric(df["cost"], errors="coerce")
+        bad = df.index[values.isna() | (values < 0)]
+        if len(bad):
+            problems.append(f"column 'cost': not a non-negative number in rows {_rows_text(bad)}")
+    has_ref = "answer" in df.columns and "reference" in df.columns
+    if "quality" in df.columns:
+        q = pd.to_numeric(df["quality"], errors="coerce")
+        out_of_range = df.index[q.notna() & ((q < 0) | (q > 1))]
+        if len(out_of_range):
+            problems.append(f"column 'quality': outside [0, 1] in rows {_rows_text(out_of_range)}")
+        nan_q = q.isna()
+        if has_ref:
+            nan_q &= df["reference"].isna()
+        if nan_q.any():
+            problems.append(
+                f"column 'quality': NaN or not a number (and no answer + reference to score) in rows {_rows_text(df.index[nan_q])}"
+            )
+    if "is_final" in df.columns:
+        bad = df.index[~df["is_final"].map(lambda v: isinstance(v, bool) or v in (0, 1))]
+        if len(bad):
+            problems.append(f"column 'is_final': not a boolean in rows {_rows_text(bad)}")
+    if "plan_text" in df.columns:
+        bad_plans = []
+        for i, text in df["plan_text"].items():
+            if not isinstance(text, str) or not text.strip():
+                bad_plans.append(i)
+            elif "<agent" in text:
+                try:
+                    Plan.parse(text)
+                except Exception:
+                    bad_plans.append(i)
+        if bad_plans:
+            problems.append(
+                f"column 'plan_text': empty or an invalid <agent .../> plan in rows {_rows_text(pd.Index(bad_plans))} "
+                "(check it with orchrm.plans.Plan.parse)"
+            )
+    if "artifact_id" in df.columns:
+        dup = df.index[df["artifact_id"].duplicated(keep=False)]
+        if len(dup):
+            problems.append(f"column 'artifact_id': duplicate ids in rows {_rows_text(dup)}")
+    if problems:
+        raise TraceSchemaError("traces rejected, nothing was written:\n  " + "\n  ".join(problems))
+
+    out = pd.DataFrame(index=df.index)
+    out["task_id"] = df["task_id"].astype(str)
+    out["question"] = df["question"].astype(str)
+    out["content"] = df["content"].astype(str)
+    out["domain"] = df["domain"].fillna("custom").astype(str) if "domain" in df.columns else "custom"
+    out["node_id"] = df["node_id"].fillna("final").astype(str) if "node_id" in df.columns else "final"
+    out["agent"] = df["agent"].fillna("external").astype(str) if "agent" in df.columns else "external"
+    group = df["plan_id"].astype(str) if "plan_id" in df.columns else None
+    if "plan_text" in df.columns:
+        out["plan_text"] = [Plan.parse(t).render() if "<agent" in t else t.strip() for t in df["plan_text"]]
+    else:
+        key = group if group is not None else df["task_id"].astype(str) + "\x1f" + (df["run_id"].astype(str) if "run_id" in df.columns else "")
+        steps = (out["node_id"] + ": " + out["agent"]).groupby(key).transform(lambda s: "\n".join(s))
+        out["plan_text"] = steps
+    out["plan_id"] = group if group is not None else out["plan_text"].map(lambda t: stable_id(t))
+    source_id = run_id or stable_id("ingest", len(df), *df["task_id"].astype(str).head(50))
+    out["run_id"] = df["run_id"].astype(str) if "run_id" in df.columns else source_id
+    out["orchestrator"] = df["orchestrator"].fillna("external").astype(str) if "orchestrator" in df.columns else "external"
+    out["depth"] = _as_int(df["depth"]).astype("int64") if "depth" in df.columns else 0
+    if "parent_ids" in df.columns:
+        out["parent_ids"] = df["parent_ids"].map(
+            lambda v: [] if v is None or (isinstance(v, float) and pd.isna(v)) else [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else [str(x) for x in v]
+        )
+    else:
+        out["parent_ids"] = [[] for _ in range(len(df))]
+    out["answer"] = df["answer"].map(lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)) if "answer" in df.columns else None
+    out["prompt_tokens"] = _as_int(df["prompt_tokens"]).astype("int64") if "prompt_tokens" in df.columns else out["question"].map(count_tokens)
+    out["completion_tokens"] = _as_int(df["completion_tokens"]).astype("int64") if "completion_tokens" in df.columns else out["content"].map(count_tokens)
+    out["cost"] = pd.to_numeric(df["cost"]).astype("float64") if "cost" in df.columns else (out["prompt_tokens"] + out["completion_tokens"]).astype("float64")
+    if "is_final" in df.columns:
+        out["is_final"] = df["is_final"].astype(bool)
+    else:
+        last = out.groupby(["task_id", "plan_id"], sort=False).cumcount(ascending=False) == 0
+        out["is_final"] = last
+    quality = pd.to_numeric(df["quality"], errors="coerce") if "quality" in df.columns else pd.Series(float("nan"), index=df.index)
+    if has_ref:
+        need = quality.isna() & df["reference"].notna() & ~_blank(out["answer"])
+        for i in df.index[need]:
+            scorer = numeric_match if out.at[i, "domain"] == "math" else token_f1
+            quality.at[i] = scorer(out.at[i, "answer"], str(df.at[i, "reference"]))
+    out["quality"] = quality.astype("float64")
+    out["created_at"] = pd.to_datetime(df["created_at"], utc=True) if "created_at" in df.columns else pd.Timestamp.now(tz="UTC")
+    if "artifact_id" in df.columns:
+        out["artifact_id"] = df["artifact_id"].astype(str)
+    else:
+        out["artifact_id"] = [
+            stable_id(r, t, p, n, i, n=16)
+            for i, (r, t, p, n) in enumerate(zip(out["run_id"], out["task_id"], out["plan_id"], out["node_id"], strict=True))
+        ]
+    dup = out.index[out["artifact_id"].duplicated(keep=False)]
+    if len(dup):
+        raise TraceSchemaError(f"column 'artifact_id': duplicate ids in rows {_rows_text(dup)}")
+    return out[list(ARTIFACT_COLUMNS)].reset_index(drop=True)
+
+
+def ingest_file(traces: str | os.PathLike, out: str | os.PathLike, *, run_id: str | None = None) -> pd.DataFrame:
+    """Read ``traces`` (JSONL or Parquet), normalise with :func:`ingest_traces`, write ``out``
+    atomically. On any error nothing is written."""
+    df = ingest_traces(read_table(traces), run_id=run_id)
+    write_table(df, out)
+    return df

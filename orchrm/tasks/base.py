@@ -33,6 +33,9 @@ class Task:
         if not isinstance(self.metadata, MappingProxyType):
             object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
 
+    def __reduce__(self):  # MappingProxyType does not pickle; rebuild from a plain dict
+        return (Task, (self.task_id, self.domain, self.question, self.reference, dict(self.metadata)))
+
     def to_row(self) -> dict[str, Any]:
         return {
             "task_id": self.task_id,

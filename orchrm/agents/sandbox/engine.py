@@ -96,8 +96,17 @@ class SandboxBackend:
 
     # prompts --------------------------------------------------------------------------------
     @staticmethod
-    def _base_prompt(dom: SandboxDomain, ctx: Context, agent: str, parents: Sequence[NodeOutput]) -> list[str]:
-        pieces = [dom.instruction(agent), "Question:", ctx.task.question]
+    def _instruction(dom: SandboxDomain, node: PlanNode) -> str:
+        if node.role:
+            from orchrm.agents.roles import roles
+
+            role = roles().get(node.role)
+            if role is not None and role.prompt:
+                return role.prompt
+        return dom.instruction(node.agent)
+
+    def _base_prompt(self, dom: SandboxDomain, ctx: Context, node: PlanNode, parents: Sequence[NodeOutput]) -> list[str]:
+        pieces = [self._instruction(dom, node), "Question:", ctx.task.question]
         if ctx.docs:
             pieces.append("Documents:")
             pieces += dom.render_docs(ctx.docs)
@@ -125,13 +134,13 @@ class SandboxBackend:
 
     # agent types ----------------------------------------------------------------------------
     def _run_CoT(self, dom, ctx, node, parents, rng) -> NodeOutput:
-        prompt = self._base_prompt(dom, ctx, node.agent, parents)
+        prompt = self._base_prompt(dom, ctx, node, parents)
         a = dom.attempt(ctx, node.model, rng)
         return self._output(node, a.text, a.answer, count_joined(prompt), self._confidence(a, rng), a)
 
     def _run_SelfConsistency(self, dom, ctx, node, parents, rng) -> NodeOutput:
         k = node.int_param("k")
-        prompt = self._base_prompt(dom, ctx, node.agent, parents)
+        prompt = self._base_prompt(dom, ctx, node, parents)
         samples = [dom.attempt(ctx, node.model, rng) for _ in range(k)]
         keys = [dom.vote_key(ctx, s) for s in samples]
         winner, votes = _majority(keys)
@@ -145,7 +154,7 @@ class SandboxBackend:
         n, rounds = node.int_param("agents"), node.int_param("rounds")
         tier = node.model
         conform = self.noise.generic.debate_conform[tier]
-        prompt = self._base_prompt(dom, ctx, node.agent, parents)
+        prompt = self._base_prompt(dom, ctx, node, parents)
         prompt_tokens = n * count_joined(prompt)
         debaters = [dom.attempt(ctx, tier, rng) for _ in range(n)]
         lines = [f"Debater {i + 1} opens:\n{a.text}" for i, a in enumerate(debaters)]
@@ -176,7 +185,7 @@ class SandboxBackend:
 
     def _run_Reflexion(self, dom, ctx, node, parents, rng) -> NodeOutput:
         tier = node.model
-        prompt = self._base_prompt(dom, ctx, node.agent, parents)
+        prompt = self._base_prompt(dom, ctx, node, parents)
         prompt_tokens = 0
         lines: list[str] = []
         if ctx.drafts:
@@ -198,7 +207,7 @@ class SandboxBackend:
 
     def _run_WebSearch(self, dom, ctx, node, parents, rng) -> NodeOutput:
         queries, top_k = node.int_param("queries"), node.int_param("top_k")
-        prompt = [dom.instruction(node.agent), "Question:", ctx.task.question]
+        prompt = [self._instruction(dom, node), "Question:", ctx.task.question]
         for p in parents:
             if not isinstance(p.state, Retrieval):
                 prompt += [f"Draft from {p.agent}:", p.content]

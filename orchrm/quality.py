@@ -1,0 +1,137 @@
+"""Quality functions: how good an artifact is, as a float in [0, 1].
+
+- rule-based scorers per domain: :func:`numeric_match` (math), :func:`pass_rate` (code: the
+  fraction of hidden unit tests passed, computed by the sandbox's real execution),
+  :func:`exact_match` and :func:`token_f1` with SQuAD normalisation (webqa, multihop);
+- :func:`composite`: correctness minus a cost penalty, for users who want cheap plans to win;
+- :class:`LLMJudge`: a hook for an LLM (or any callable) that grades an artifact.
+
+A *quality function* is any callable ``artifact -> float`` where ``artifact`` is a row of the
+artifact table (a dict or a pandas Series); :class:`orchrm.pairs.PairwiseComparator` accepts one.
+
+>>> numeric_match("The answer is $1,234.0", "1234")
+1.0
+>>> round(token_f1("the Eiffel Tower", "Eiffel tower in Paris"), 3)
+0.667
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+class QualityFn(Protocol):
+    def __call__(self, artifact: Mapping[str, Any]) -> float: ...
+
+
+def parse_number(text: str | None) -> float | None:
+    """The last number in ``text`` (commas, $ and trailing .0 tolerated), or None."""
+    if text is None:
+        return None
+    found = _NUMBER.findall(str(text))
+    if not found:
+        return None
+    try:
+        return float(found[-1].replace(",", ""))
+    except ValueError:
+        return None
+
+
+def numeric_match(prediction: str | None, reference: str | None, *, tol: float = 1e-6) -> float:
+    """1.0 when the last numbers of both texts are equal (relative tolerance ``tol``), else 0.0."""
+    p, r = parse_number(prediction), parse_number(reference)
+    if p is None or r is None:
+        return 0.0
+    return 1.0 if math.isclose(p, r, rel_tol=tol, abs_tol=tol) else 0.0
+
+
+def normalize_answer(text: str | None) -> str:
+    """SQuAD normalisation: lowercase, drop punctuation and articles, collapse whitespace."""
+    if text is None:
+        return ""
+    text = str(text).lower().translate(_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str | None, references: str | list[str] | None) -> float:
+    """1.0 if the normalised prediction equals any normalised reference."""
+    refs = [references] if isinstance(references, str) or references is None else references
+    p = normalize_answer(prediction)
+    return 1.0 if p and any(p == normalize_answer(r) for r in refs) else 0.0
+
+
+def token_f1(prediction: str | None, references: str | list[str] | None) -> float:
+    """Best SQuAD token F1 of the prediction against the references."""
+    refs = [references] if isinstance(references, str) or references is None else references
+    p_tokens = normalize_answer(prediction).split()
+    best = 0.0
+    for ref in refs:
+        r_tokens = normalize_answer(ref).split()
+        common = Counter(p_tokens) & Counter(r_tokens)
+        overlap = sum(common.values())
+        if overlap == 0:
+            continue
+        precision, recall = overlap / len(p_tokens), overlap / len(r_tokens)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def pass_rate(passed: int, total: int) -> float:
+    """Fraction of unit tests passed (0.0 when there are none)."""
+    return passed / total if total > 0 else 0.0
+
+
+def composite(correctness: float, cost: float, *, lam: float = 0.1, cost_scale: float = 10_000.0) -> float:
+    """``correctness - lam * cost / cost_scale``, clipped to [0, 1]: with the defaults, 10k
+    tier-weighted tokens cost 0.1 of quality."""
+    if math.isnan(correctness) or math.isnan(cost):
+        raise ValueError("composite quality of NaN is undefined")
+    return min(1.0, max(0.0, correctness - lam * cost / cost_scale))
+
+
+def composite_quality(base: QualityFn | None = None, *, lam: float = 0.1, cost_scale: float = 10_000.0) -> QualityFn:
+    """A quality function: ``base`` (default: the ``quality`` column) minus a cost penalty."""
+
+    def fn(artifact: Mapping[str, Any]) -> float:
+        q = base(artifact) if base is not None else float(artifact["quality"])
+        return composite(q, float(artifact["cost"]), lam=lam, cost_scale=cost_scale)
+
+    return fn
+
+
+class LLMJudge:
+    """Quality from a judge: ``judge(prompt) -> str`` is any callable (an LLM client, a person).
+
+    The judge sees the question, the artifact's content and, if known, the reference; it must
+    answer with a number in [0, 10] somewhere in its reply. ``LLMJudge(judge)(artifact)`` returns
+    that number / 10. Nothing here calls a network by itself.
+    """
+
+    template = (
+        "Grade how well the response answers the question, from 0 (wrong or useless) to 10 (correct and complete).\n"
+        "Question:\n{question}\n\nResponse:\n{content}\n{reference}Reply with the grade only."
+    )
+
+    def __init__(self, judge: Callable[[str], str]) -> None:
+        self.judge = judge
+
+    def __call__(self, artifact: Mapping[str, Any]) -> float:
+        ref = artifact.get("reference")
+        prompt = self.template.format(
+            question=artifact["question"],
+            content=artifact["content"],
+            reference=f"\nReference answer:\n{ref}\n\n" if ref else "\n",
+        )
+        grade = parse_number(self.judge(prompt))
+        if grade is None:
+            raise ValueError("the judge's reply holds no grade; it must contain a number from 0 to 10")
+        return min(1.0, max(0.0, grade / 10.0))

@@ -1,0 +1,111 @@
+"""The executor over the sandbox backend, on free-text tasks (generic domain) and any backend."""
+
+import random
+
+import pandas as pd
+import pytest
+
+from orchrm import MultiAgentExecutor
+from orchrm.agents.base import NodeOutput
+from orchrm.agents.sandbox.engine import RESULTS_MARKER
+from orchrm.plans import Plan
+from orchrm.tasks.base import Task
+from orchrm.tokens import count_tokens
+from orchrm.traces import ARTIFACT_COLUMNS
+
+CHAIN = (
+    '<agent id="a1" type="WebSearch" queries="2" top_k="3"/>\n'
+    '<agent id="a2" type="SelfConsistency" model="small" k="3"/>\n'
+    '<agent id="a3" type="Reflexion" model="large" iterations="2"/>\n'
+    '<edge from="a1" to="a2"/>\n<edge from="a2" to="a3"/>'
+)
+
+
+def test_design_section_12_calls_run_as_written():
+    executor = MultiAgentExecutor(agents=["math_parser", "strategy_selector", "calculator"], orchestrator="default")
+    artifacts = executor.run(task="Solve: integral of x^2 from 0 to 1")
+    assert list(artifacts.columns) == list(ARTIFACT_COLUMNS)
+    finals = artifacts[artifacts.is_final]
+    assert finals.groupby("plan_id").size().eq(1).all()
+    assert finals.plan_id.nunique() == executor.num_plans
+    assert set(artifacts.agent) <= {"CoT", "Debate", "Reflexion"}
+    assert all('role="' in t for t in artifacts.plan_text)
+
+
+def test_free_text_arithmetic_is_really_computed():
+    executor = MultiAgentExecutor(seed=3)
+    run = executor.run_plan("What is 12 * (3 + 4)?", '<agent id="a1" type="Reflexion" model="large" iterations="1"/>')
+    assert run.answer == "84"
+    assert run.quality is None  # no reference: quality is unknowable, not invented
+
+
+def test_prefix_execution_runs_only_the_prefix_and_spends_only_its_tokens():
+    executor = MultiAgentExecutor(seed=1)
+    task = "What is 7 * 6 + 5?"
+    full = executor.run_plan(task, CHAIN)
+    prefix = executor.run_plan(task, CHAIN, stop_after_depth=1)
+    assert [r["node_id"] for r in prefix.rows] == ["a1", "a2"]
+    assert prefix.final is None
+    # same seed, same outputs for the nodes that ran, and only their tokens
+    for a, b in zip(prefix.rows, full.rows[:2], strict=True):
+        assert a["content"] == b["content"] and a["prompt_tokens"] == b["prompt_tokens"]
+    assert prefix.tokens == sum(r["prompt_tokens"] + r["completion_tokens"] for r in full.rows[:2]) < full.tokens
+
+
+def test_same_seed_same_artifacts_and_repeat_gives_an_independent_run():
+    executor = MultiAgentExecutor(seed=5)
+    a = executor.run_plan("What is 123 * 45?", '<agent id="a1" type="SelfConsistency" model="small" k="7"/>').frame()
+    b = executor.run_plan("What is 123 * 45?", '<agent id="a1" type="SelfConsistency" model="small" k="7"/>').frame()
+    pd.testing.assert_frame_equal(a.drop(columns="created_at"), b.drop(columns="created_at"))
+    c = executor.run_plan("What is 123 * 45?", '<agent id="a1" type="SelfConsistency" model="small" k="7"/>', repeat=1).frame()
+    assert a.artifact_id.iloc[0] != c.artifact_id.iloc[0]
+
+
+def test_tokens_are_counted_on_the_text_and_cost_is_tier_weighted():
+    executor = MultiAgentExecutor(seed=2)
+    run = executor.run_plan("What is 3 + 4 * 2?", CHAIN)
+    for row in run.rows:
+        produced = row["content"].split(RESULTS_MARKER)[0] if row["agent"] == "WebSearch" else row["content"]
+        assert row["completion_tokens"] == count_tokens(produced) > 0
+        assert row["prompt_tokens"] > 0
+    weights = {"a1": 1.0, "a2": 1.0, "a3": executor.backend.cost_weight("large")}
+    for row in run.rows:
+        assert row["cost"] == pytest.approx((row["prompt_tokens"] + row["completion_tokens"]) * weights[row["node_id"]])
+
+
+def test_more_samples_cost_more_tokens():
+    executor = MultiAgentExecutor(seed=0)
+    k3 = executor.run_plan("What is 9 * 9?", '<agent id="a1" type="SelfConsistency" model="small" k="3"/>')
+    k9 = executor.run_plan("What is 9 * 9?", '<agent id="a1" type="SelfConsistency" model="small" k="9"/>')
+    assert k9.tokens > 2 * k3.tokens
+
+
+class _UppercaseBackend:
+    """A minimal backend written for this test: proves the executor only uses the Backend protocol."""
+
+    name = "uppercase"
+    tiers = ("small", "large")
+
+    def cost_weight(self, tier):
+        return 2.0
+
+    def run_node(self, task, node, parents, *, rng: random.Random, shared: dict):
+        text = (parents[-1].content if parents else task.question).upper()
+        return NodeOutput(node.id, node.agent, text, text, 1, count_tokens(text))
+
+    def quality(self, task, output):
+        return float(output.answer == task.reference)
+
+
+def test_executor_runs_any_backend_object():
+    executor = MultiAgentExecutor(backend=_UppercaseBackend())
+    task = Task("t1", "custom", "hello there", reference="HELLO THERE")
+    run = executor.run_plan(task, '<agent id="a" type="CoT" model="small"/><agent id="b" type="CoT" model="large"/><edge from="a" to="b"/>')
+    assert run.answer == "HELLO THERE" and run.quality == 1.0
+    assert run.cost == 2.0 * run.tokens
+
+
+def test_plan_with_a_tier_the_backend_lacks_is_refused():
+    plan = Plan.parse('<agent id="a" type="CoT" model="medium"/>', tiers=("small", "medium", "large"))
+    with pytest.raises(ValueError, match="unknown to backend sandbox"):
+        MultiAgentExecutor().run_plan("What is 1 + 1?", plan)
