@@ -1,0 +1,119 @@
+"""`orchrm ingest`: a user's own traces become an artifact table, or nothing is written."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchrm.cli import main
+from orchrm.errors import TraceSchemaError
+from orchrm.traces import ARTIFACT_COLUMNS, ingest_traces, read_table, write_table
+
+
+def _traces() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "task_id": ["t1", "t1", "t1", "t2"],
+            "question": ["What is 6 * 7?"] * 3 + ["Capital of France?"],
+            "plan_id": ["p1", "p1", "p2", "p3"],
+            "node_id": ["parse", "solve", "solve", "answer"],
+            "agent": ["parser", "solver", "solver", "reader"],
+            "content": ["six times seven", "6 * 7 = 42. Answer: 42", "6 * 7 = 36. Answer: 36", "It is Paris."],
+            "answer": [None, "42", "36", "Paris"],
+            "reference": ["42", "42", "42", "Paris"],
+            "domain": ["math", "math", "math", "webqa"],
+        }
+    )
+
+
+def test_minimal_traces_are_normalised_into_every_artifact_column():
+    out = ingest_traces(_traces())
+    assert list(out.columns) == list(ARTIFACT_COLUMNS)
+    assert out.artifact_id.is_unique
+    assert out.quality.tolist()[1:] == [1.0, 0.0, 1.0]
+    assert np.isnan(out.quality.iloc[0])  # no answer: quality unknown, not zero
+    assert out.groupby(["task_id", "plan_id"]).is_final.sum().eq(1).all()
+    assert (out.prompt_tokens > 0).all() and (out.completion_tokens > 0).all()
+    assert out.plan_text.iloc[0] == "parse: parser\nsolve: solver"
+
+
+def test_given_quality_and_tokens_are_kept():
+    df = _traces().drop(columns=["answer", "reference"]).assign(quality=[0.5, 1.0, 0.0, 1.0], prompt_tokens=10, completion_tokens=3)
+    out = ingest_traces(df)
+    assert out.quality.tolist() == [0.5, 1.0, 0.0, 1.0]
+    assert (out.prompt_tokens == 10).all() and (out.cost == 13.0).all()
+
+
+def test_orchrm_plan_text_is_parsed_and_canonicalised():
+    df = _traces().assign(plan_text="<agent model='small' type='CoT' id='a1'/>")
+    out = ingest_traces(df)
+    assert set(out.plan_text) == {'<agent id="a1" type="CoT" model="small"/>'}
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda d: d.drop(columns=["content"]), r"lack required column\(s\): content"),
+        (lambda d: d.drop(columns=["answer", "quality"], errors="ignore"), r"quality \(or answer \+ reference\)"),
+        (lambda d: d.drop(columns=["node_id"]), r"plan_text \(or node_id \+ agent\)"),
+        (lambda d: d.assign(content=["ok", np.nan, "", "ok"]), r"column 'content': empty, NaN or not text in rows 1, 2"),
+        (lambda d: d.assign(question=["q", "q", "q", 7]), r"column 'question': empty, NaN or not text in rows 3"),
+        (lambda d: d.assign(artifact_id=["x", "y", "x", "z"]), r"column 'artifact_id': duplicate ids in rows 0, 2"),
+        (lambda d: d.assign(prompt_tokens=[1, -2, 3.5, "many"]), r"column 'prompt_tokens': not a non-negative integer in rows 1, 2, 3"),
+        (lambda d: d.assign(quality=[0.5, 1.5, np.nan, 1.0]).drop(columns=["reference"]), r"column 'quality': outside \[0, 1\] in rows 1"),
+        (lambda d: d.assign(quality=[0.5, 1.0, np.nan, 1.0]).drop(columns=["reference"]), r"column 'quality': NaN .* in rows 2"),
+        (lambda d: d.assign(plan_text='<agent id="a1" type="Oracle"/>'), r"column 'plan_text': empty or an invalid <agent"),
+        (lambda d: d.iloc[0:0], r"no rows"),
+    ],
+)
+def test_bad_traces_are_refused_naming_rows_and_columns(change, match):
+    with pytest.raises(TraceSchemaError, match=match):
+        ingest_traces(change(_traces()))
+
+
+def test_every_problem_is_reported_at_once():
+    bad = _traces().assign(content=["ok", "", "ok", "ok"], artifact_id=["a", "a", "b", "c"])
+    with pytest.raises(TraceSchemaError) as info:
+        ingest_traces(bad)
+    assert "content" in str(info.value) and "artifact_id" in str(info.value)
+
+
+def test_cli_ingest_writes_nothing_on_error(tmp_path, capsys):
+    good, bad, out = tmp_path / "good.jsonl", tmp_path / "bad.jsonl", tmp_path / "out.parquet"
+    _traces().to_json(good, orient="records", lines=True)
+    assert main(["ingest", "--traces", str(good), "--out", str(out)]) == 0
+    assert len(read_table(out)) == 4
+    out.unlink()
+    _traces().assign(content=["", "x", "y", "z"]).to_json(bad, orient="records", lines=True)
+    assert main(["ingest", "--traces", str(bad), "--out", str(out)]) == 2
+    assert "column 'content'" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob(".out.parquet.*"))
+
+
+def test_malformed_jsonl_names_the_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"task_id": "t"}) + "\n{not json\n")
+    with pytest.raises(TraceSchemaError, match=r"line 2 is not valid JSON"):
+        read_table(path)
+
+
+def test_corrupt_parquet_is_named(tmp_path):
+    path = tmp_path / "t.parquet"
+    path.write_bytes(b"PAR1 this is not a parquet file")
+    with pytest.raises(TraceSchemaError, match=r"cannot be read as a table"):
+        read_table(path)
+
+
+def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "a.parquet"
+    write_table(pd.DataFrame({"x": [1, 2]}), target)
+
+    class Unwritable(pd.DataFrame):
+        def to_parquet(self, *args, **kwargs):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_table(Unwritable({"x": [3]}), target)
+    assert read_table(target).x.tolist() == [1, 2]
+    assert [p.name for p in tmp_path.iterdir()] == ["a.parquet"]
