@@ -25,20 +25,33 @@ _TELEMETRY_OFF = {
 DOMAIN_CHOICES = ("math", "code", "multihop", "webqa", "all")
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _cmd_collect(args: argparse.Namespace) -> int:
     from orchrm.collect import collect_to_file, summarize
     from orchrm.config import load_config
 
     cfg = load_config(args.config)
     domains = cfg.collect.domains if args.domain == "all" else (args.domain,)
+    source: str | dict[str, str] | None = args.source or dict(cfg.collect.sources) or None
+    if args.source and ":" in args.source:
+        source = dict(part.split(":", 1) for part in args.source.split(","))
     df = collect_to_file(
         args.out,
         domains=domains,
         tasks_per_domain=args.tasks,
         plans_per_task=args.plans,
         seed=args.seed,
-        source=args.source,
-        workers=args.workers,
+        source=source,
+        workers=args.workers or cfg.collect.workers,
         noise=cfg.sandbox,
         orchestrators=cfg.collect.orchestrators,
         progress=not args.quiet,
@@ -119,11 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
         "Deterministic for a seed.",
     )
     p.add_argument("--domain", choices=DOMAIN_CHOICES, default="all", help="task domain (default: all)")
-    p.add_argument("--tasks", type=int, default=50, help="tasks per domain (default: 50)")
-    p.add_argument("--plans", type=int, default=8, help="candidate plans per task (default: 8)")
+    p.add_argument("--tasks", type=positive_int, default=50, help="tasks per domain (default: 50)")
+    p.add_argument("--plans", type=positive_int, default=8, help="candidate plans per task (default: 8)")
     p.add_argument("--seed", type=int, default=0, help="seed for tasks, plans and the sandbox (default: 0)")
-    p.add_argument("--source", default=None, help="task source, e.g. gsm8k:PATH, squad:PATH (default: built-in generators)")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU core)")
+    p.add_argument(
+        "--source",
+        default=None,
+        help="task source: a name for every domain (e.g. gsm8k) or DOMAIN:NAME,... (e.g. math:gsm8k,webqa:squad); "
+        "real data sets are read from $ORCHRM_DATA_DIR (default: built-in generators, no files needed)",
+    )
+    p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: one per CPU core)")
     p.add_argument("--config", default=None, help="YAML config (sandbox noise, samplers); default: built-in defaults")
     p.add_argument("--out", required=True, help="output table, .parquet or .jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -160,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pairs", required=True, help="pair table")
     p.add_argument("--out", required=True, help="output model directory")
     p.add_argument("--encoder", default=None, help="scratch | minilm | a local Hugging Face model directory")
-    p.add_argument("--epochs", type=int, default=None, help="epochs (default: from config, 10)")
-    p.add_argument("--batch-size", type=int, default=None, help="tasks' pairs per step (default: from config, 32)")
+    p.add_argument("--epochs", type=positive_int, default=None, help="epochs (default: from config, 10)")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="tasks' pairs per step (default: from config, 32)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: from config)")
     p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
     p.add_argument("--config", default=None, help="YAML config (model: and train: sections)")

@@ -1,0 +1,81 @@
+import random
+from collections import Counter
+
+import pytest
+
+from orchrm.collect import allocate, plans_for_task
+from orchrm.orchestrators import BaseSampler, RoleSampler, SpecializedSampler, get_sampler, sample_prior_plan
+from orchrm.tasks.base import Task
+from orchrm.tasks.router import route, task_from_text
+
+TASK = Task("t1", "math", "Natalia sold 48 clips in April and half as many in May. How many in total?")
+
+
+def test_base_sampler_is_seeded_and_distinct():
+    a = BaseSampler().sample(TASK, 8, random.Random(0))
+    b = BaseSampler().sample(TASK, 8, random.Random(0))
+    assert [p.plan_id for p in a] == [p.plan_id for p in b]
+    assert len({p.plan_id for p in a}) == 8
+
+
+def test_base_prior_is_broad():
+    rng = random.Random(1)
+    shapes = Counter(sample_prior_plan(rng).shape() for _ in range(2000))
+    tiers = Counter(t for _ in range(500) for t in sample_prior_plan(rng).tiers_used())
+    assert len(shapes) >= 12
+    assert max(shapes.values()) / 2000 < 0.2
+    assert tiers["small"] > 0 and tiers["large"] > 0
+
+
+def test_specialized_sampler_is_seeded():
+    a = SpecializedSampler().sample(TASK, 4, random.Random(3))
+    b = SpecializedSampler().sample(TASK, 4, random.Random(3))
+    assert [p.plan_id for p in a] == [p.plan_id for p in b] and len(a) == 4
+
+
+def test_role_sampler_uses_only_the_roles_and_ends_with_the_last():
+    plans = RoleSampler(["math_parser", "strategy_selector", "calculator"]).sample(TASK, 6, random.Random(0))
+    assert len(plans) == 6
+    for p in plans:
+        assert {n.role for n in p.nodes} <= {"math_parser", "strategy_selector", "calculator"}
+        assert p.node(p.sink).role == "calculator"
+
+
+def test_unknown_role_and_orchestrator_are_named():
+    with pytest.raises(ValueError, match="unknown agent role 'wizard'"):
+        RoleSampler(["wizard"])
+    with pytest.raises(ValueError, match="unknown orchestrator 'oracle'"):
+        get_sampler("oracle")
+
+
+@pytest.mark.parametrize(("n", "shares", "expected"), [(8, {"base": 0.5, "specialized": 0.5}, {"base": 4, "specialized": 4}), (5, {"base": 1, "specialized": 1}, {"base": 3, "specialized": 2}), (3, {"base": 1.0}, {"base": 3})])
+def test_allocate_splits_plans_by_share(n, shares, expected):
+    assert allocate(n, shares) == expected
+
+
+def test_plans_for_task_labels_samplers_and_never_repeats_a_plan():
+    got = plans_for_task(TASK, 8, 0, {"base": 0.5, "specialized": 0.5})
+    assert len(got) == 8
+    assert len({p.plan_id for _, p in got}) == 8
+    assert Counter(name for name, _ in got) == {"base": 4, "specialized": 4}
+
+
+@pytest.mark.parametrize(
+    ("question", "domain"),
+    [
+        ("Write a Python function that reverses a list.", "code"),
+        ("def add(a, b):\n    '''Return a + b.'''", "code"),
+        ("Solve: integral of x^2 from 0 to 1", "math"),
+        ("How many apples are left if Tom eats 3 of 10?", "math"),
+        ("In which country was the director of the film that won the award born?", "multihop"),
+        ("Answer: what is the capital of France?", "webqa"),
+    ],
+)
+def test_router_reads_the_text(question, domain):
+    assert route(question) == domain
+
+
+def test_unparseable_free_text_becomes_a_generic_task():
+    task = task_from_text("Answer: what is the capital of France?")
+    assert task.metadata["generic"] is True and task.reference is None
+    assert task.task_id == task_from_text("Answer: what is the capital of France?").task_id
