@@ -1,0 +1,91 @@
+"""BM25 retrieval shared by the sandbox domains: ranking, determinism, caching, speed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from orchrm.agents.sandbox.domain import Doc
+from orchrm.agents.sandbox.retrieval import BM25Index, cached_index, tokenize
+
+DOCS = [
+    Doc("paris", "Paris", "Paris is the capital and largest city of France, on the Seine."),
+    Doc("berlin", "Berlin", "Berlin is the capital of Germany and its largest city."),
+    Doc("lyon", "Lyon", "Lyon is a city in France known for its cuisine."),
+    Doc("seine", "Seine", "The Seine is a river that flows through Paris."),
+    Doc("dup-a", "Twin", "alpha beta gamma"),
+    Doc("dup-b", "Twin", "alpha beta gamma"),
+]
+
+
+def test_tokenize_lowercases_drops_stopwords_and_folds_plurals():
+    assert tokenize("The Films of the Cities, 1999!") == ["film", "citie", "1999"]
+    assert tokenize("class bus analysis") == ["class", "bus", "analysis"]
+    assert tokenize("") == []
+
+
+@pytest.mark.parametrize(
+    ("query", "best"),
+    [("capital of Germany", "berlin"), ("river Seine", "seine"), ("French cuisine Lyon", "lyon")],
+)
+def test_search_ranks_the_matching_document_first(query, best):
+    index = BM25Index(DOCS)
+    assert index.search(query, top_k=3)[0].doc_id == best
+
+
+def test_ties_are_broken_by_document_order_and_top_k_is_respected():
+    index = BM25Index(DOCS)
+    hits = index.search_scored("alpha gamma", top_k=2)
+    assert [d.doc_id for d, _ in hits] == ["dup-a", "dup-b"]
+    assert hits[0][1] == hits[1][1] > 0
+    assert [d.doc_id for d in index.search("alpha", top_k=1)] == ["dup-a"]
+    assert len(index.search("capital city France", top_k=20)) <= len(DOCS)
+
+
+def test_unmatched_or_empty_queries_return_nothing():
+    index = BM25Index(DOCS)
+    assert index.search("zzz qqq", top_k=5) == []
+    assert index.search("the of and", top_k=5) == []
+    assert index.search("Paris", top_k=0) == []
+    assert BM25Index([]).search("Paris", top_k=3) == []
+
+
+def test_scores_match_search_order_and_results_are_deterministic():
+    index = BM25Index(DOCS)
+    scores = index.scores("capital city")
+    ranked = index.search_scored("capital city", top_k=6)
+    assert [s for _, s in ranked] == sorted((float(s) for s in scores if s > 0), reverse=True)
+    again = BM25Index(DOCS)
+    assert (
+        again.search("capital city", 6)
+        == index.search("capital city", 6)
+        == index.search("capital city", 6)
+    )
+
+
+def test_cached_index_builds_once_per_key():
+    calls = []
+
+    def make():
+        calls.append(1)
+        return DOCS
+
+    a = cached_index("test-retrieval:docs", make)
+    b = cached_index("test-retrieval:docs", make)
+    assert a is b and len(calls) == 1 and len(a) == len(DOCS)
+
+
+def test_queries_on_a_few_thousand_documents_are_sub_millisecond():
+    words = [f"w{i}" for i in range(3000)]
+    docs = [
+        Doc(f"d{i}", f"title {i}", " ".join(words[(i * 7 + j) % 3000] for j in range(60)))
+        for i in range(3000)
+    ]
+    index = BM25Index(docs)
+    queries = [" ".join(words[(q * 13 + j) % 3000] for j in range(6)) for q in range(200)]
+    start = time.perf_counter()
+    for q in queries:
+        index.search(q, 5)
+    per_query = (time.perf_counter() - start) / len(queries)
+    assert per_query < 2e-3  # ~0.2 ms measured; generous bound for a loaded machine
