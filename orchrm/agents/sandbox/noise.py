@@ -205,10 +205,10 @@ class CodeNoise(_Frozen):
     the spec the same way twice) and breaks a program it finds nothing wrong with with
     ``reread_break[tier]``.
 
-    Retrieval: the WebSearch agent's first query is the docstring's first sentence; each further
-    query names a library function the solution needs with probability
-    ``query_api_recall[tier]`` (``query_api_recall_default`` without a tier), else a function
-    guessed from the words of the prompt. Documents that cover none of the solution's library
+    Retrieval: each query the WebSearch agent writes names a library function the solution
+    needs with probability ``query_api_recall[tier]`` (``query_api_recall_default`` without a
+    tier), else a function guessed from the words of the prompt (or, with no guess, the
+    docstring's first sentence). Documents that cover none of the solution's library
     calls distract: with probability ``distraction[tier] * (1 - coverage) * min(1, docs /
     distraction_docs)`` the coder adds a wrong library call (coverage: the share of the
     solution's library functions documented in the prompt).
