@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.errors import ConfigError
@@ -54,39 +54,131 @@ class CollectConfig(_Frozen):
 
 
 class PairsConfig(_Frozen):
-    """Pair building (DESIGN §5)."""
+    """Pair building (DESIGN §5); every field is read by :class:`orchrm.pairs.PairwiseComparator`.
+
+    A source is built when it is listed in ``sources`` *and* its granularity is in
+    ``granularity``: ``correct-over-incorrect`` and ``specialized-over-base`` are plan-level,
+    ``intermediate`` is node-level.
+    """
 
     granularity: tuple[Literal["plan", "node"], ...] = ("plan", "node")
+    sources: tuple[Literal["correct-over-incorrect", "intermediate", "specialized-over-base"], ...] = (
+        "correct-over-incorrect",
+        "intermediate",
+        "specialized-over-base",
+    )
+    #: pairs whose quality difference is below this are ties and dropped
     min_margin: float = Field(0.1, ge=0.0, le=1.0)
-    max_pairs_per_task: int = Field(64, ge=1)
+    #: per-task cap, sampled uniformly among the task's pairs; None keeps every pair
+    max_pairs_per_task: int | None = Field(64, ge=1)
+    #: margin of a specialized-over-base pair: a prior, not a measured quality difference
+    prior_margin: float = Field(0.5, gt=0.0, le=1.0)
+    #: seeds the per-task cap; the split never depends on it (it is a hash of task_id)
     seed: int = 0
     #: fraction of tasks in val and test; the rest trains
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)
     test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
 
+    @field_validator("granularity", "sources")
+    @classmethod
+    def _not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("give at least one value")
+        return tuple(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _fractions_leave_train(self) -> PairsConfig:
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError(
+                f"val_fraction + test_fraction = {self.val_fraction + self.test_fraction:g} leaves no task "
+                "to train on; keep the sum below 1"
+            )
+        return self
+
+    def train_fraction(self) -> float:
+        """Expected fraction of tasks in the train split."""
+        return 1.0 - self.val_fraction - self.test_fraction
+
 
 class ModelConfig(_Frozen):
-    """Reward model architecture (DESIGN §6)."""
+    """Reward model architecture (DESIGN §6); the fields of :class:`orchrm.model.BradleyTerryModel`.
+
+    ``encoder`` is ``scratch`` (a BERT built from this config, with a WordPiece tokenizer trained on
+    the training texts), ``minilm`` (all-MiniLM-L6-v2, offline) or a local Hugging Face model
+    directory. ``hidden_dim``/``num_layers``/``num_heads``/``vocab_size``/``pretokenizer`` shape the
+    scratch encoder only; ``hidden_dim`` is also the width of the reward head for every encoder.
+    """
 
     encoder: str = "scratch"
+    #: ``shared_prompt``: the prompt is encoded once, alone, and the action's tokens attend to it
+    #: (N candidates of one task cost one prompt pass); ``joint``: prompt and action form one
+    #: sequence (a classic cross-encoder, what TRL's RewardTrainer trains). BERT-family encoders
+    #: support both; other architectures only ``joint``.
+    architecture: Literal["shared_prompt", "joint"] = "shared_prompt"
     hidden_dim: int = Field(256, ge=8)
     num_layers: int = Field(3, ge=1)
     num_heads: int = Field(4, ge=1)
-    max_length: int = Field(256, ge=16)
+    #: total tokens of prompt + action, special tokens included
+    max_length: int = Field(256, ge=16, le=4096)
+    #: tokens the prompt may use (its beginning and end are kept); None = half of max_length
+    max_prompt_length: int | None = Field(None, ge=4)
     vocab_size: int = Field(8000, ge=100)
+    #: scratch tokenizer: ``whitespace`` keeps ``type="WebSearch"`` whole (plan lines become ~5
+    #: tokens instead of ~25); ``bert`` splits punctuation like BERT's tokenizer
+    pretokenizer: Literal["whitespace", "bert"] = "whitespace"
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    #: encoder layers to train, counted from the top: None = all (and the embeddings), 0 = the
+    #: encoder is frozen (its features are computed once per text and cached by the Trainer)
+    train_layers: int | None = Field(None, ge=0)
+    #: seed of the weight initialisation (scratch encoder and head)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelConfig:
+        if self.encoder == "scratch" and self.hidden_dim % self.num_heads:
+            raise ValueError(f"hidden_dim ({self.hidden_dim}) must be a multiple of num_heads ({self.num_heads})")
+        if self.max_prompt_length is not None and self.max_prompt_length > self.max_length - 4:
+            raise ValueError(
+                f"max_prompt_length ({self.max_prompt_length}) must leave room for the action: "
+                f"at most max_length - 4 = {self.max_length - 4}"
+            )
+        return self
+
+    def prompt_length(self) -> int:
+        """Tokens the prompt may use, its [CLS] and [SEP] included."""
+        return self.max_prompt_length if self.max_prompt_length is not None else self.max_length // 2
 
 
 class TrainConfig(_Frozen):
-    """Trainer settings (DESIGN §6)."""
+    """Trainer settings (DESIGN §6); the fields of :class:`orchrm.train.Trainer`."""
 
+    #: pairs per optimiser step (per process under torchrun); batches are grouped by task so each
+    #: distinct text is encoded once per step
     batch_size: int = Field(32, ge=1)
-    lr: float = Field(1e-4, gt=0)
+    #: peak learning rate; None = the model's own ``lr`` (1e-4 unless set)
+    lr: float | None = Field(None, gt=0)
     epochs: int = Field(10, ge=1)
+    #: validate (and checkpoint) every this many epochs
     eval_interval: int = Field(1, ge=1)
     weight_decay: float = Field(0.01, ge=0)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    lr_schedule: Literal["linear", "cosine", "constant"] = "linear"
     grad_clip: float = Field(1.0, gt=0)
+    #: stop after this many evaluations without a lower validation loss
     patience: int = Field(3, ge=1)
+    min_delta: float = Field(0.0, ge=0)
+    #: put the best validation weights back into the model when training ends
+    restore_best: bool = True
+    #: use the pair's ``margin`` in the loss: -log sigmoid(r_w - r_l - margin)
+    use_margin: bool = True
+    #: TRL's center_rewards_coefficient: + coef * mean((r_w + r_l)^2); None = off
+    center_rewards_coefficient: float | None = Field(None, ge=0)
+    #: ``auto`` = bf16 autocast on CUDA when supported, fp32 otherwise
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    #: tasks held out for validation when the table has no ``val`` rows
+    val_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    #: report the training loss to callbacks every this many steps
+    log_interval: int = Field(10, ge=1)
     seed: int = 0
 
 
