@@ -179,7 +179,9 @@ class CodeNoise(_Frozen):
 
     - ``bug_base``: expected slips per solution regardless of length (signature, return type);
     - ``bug_per_statement``: expected slips per statement of the solution (longer code, more
-      bugs), drawn as a Poisson count, each a mutation at a random site;
+      bugs), drawn as a Poisson count, each a mutation at a random site. With the tiers' skills
+      these put a single CoT at a mean pass rate of about 0.6 (small) and 0.8 (large) over
+      HumanEval's 164 problems: a 7B-class and a frontier-class coder;
     - ``api_bug_common`` / ``api_bug_rare``: chance of a slip per call of a library function
       (misremembered semantics: argument order, bounds, return type; written as a swap to a
       sibling function or a dropped argument), for functions every coder uses daily
@@ -193,35 +195,44 @@ class CodeNoise(_Frozen):
     ``in reverse``, ``empty``, ... see ``orchrm.tasks.code.TRAP_CUES``) has a trap strength
     ``min(1, cues / trap_cue_saturation)``; once per plan execution and tier, the tier misreads
     it with probability ``trap_misread[tier] * strength``, and then every program that tier
-    writes in the execution carries the same condition mutation (one of the task's condition
-    mutations that really fails hidden tests), so votes cannot remove it.
+    writes in the execution carries the same condition mutation (one of up to three of the
+    task's condition mutations that really fail some hidden tests but not all: right on ordinary
+    inputs, wrong on the nuance), so votes cannot remove it. The docstring examples, executed,
+    reveal some of these misreadings and not others.
 
     Checking. ``Reflexion`` (tools) runs the docstring examples for real: when one fails it
     rewrites the program (a fresh sample), and if the failure exposed the misread trap it
     re-reads the spec correctly with probability ``trap_fix_feedback[tier]``; when all pass it
     "refactors" working code into a new bug with ``generic.overcorrect[tier] * refactor_scale``
-    (over-correction), else re-reads it like a debater. A debater's unaided re-read (no tools)
-    finds each independent slip with ``reread_fix[tier]`` (never a misread trap: the tier reads
-    the spec the same way twice) and breaks a program it finds nothing wrong with with
-    ``reread_break[tier]``.
+    (over-correction), else re-reads it and fixes what it finds. A debater's unaided re-read (no
+    tools) finds each independent slip with ``reread_fix[tier]`` (never a misread trap: the tier
+    reads the spec the same way twice) and breaks a program it finds nothing wrong with with
+    ``reread_break[tier]``. Unaided self-correction changes right answers into wrong ones about
+    as often as the reverse, or more (Huang et al., "Large Language Models Cannot Self-Correct
+    Reasoning Yet", ICLR 2024), hence ``reread_break`` close to ``reread_fix`` for the small tier.
 
     Retrieval: each query the WebSearch agent writes names a library function the solution
     needs with probability ``query_api_recall[tier]`` (``query_api_recall_default`` without a
     tier), else a function guessed from the words of the prompt (or, with no guess, the
-    docstring's first sentence). Documents that cover none of the solution's library
-    calls distract: with probability ``distraction[tier] * (1 - coverage) * min(1, docs /
-    distraction_docs)`` the coder adds a wrong library call (coverage: the share of the
-    solution's library functions documented in the prompt).
+    docstring's first sentence). Irrelevant context derails models that would otherwise be
+    right (Shi et al., "Large Language Models Can Be Easily Distracted by Irrelevant Context",
+    ICML 2023): documents that cover none of the solution's library calls distract: with
+    probability ``distraction[tier] * (1 - coverage) * min(1, docs / distraction_docs)`` the
+    coder adds a wrong library call (coverage: the share of the solution's library functions
+    documented in the prompt).
 
     Drafts: an agent that reads a parent's program starts from it with probability
     ``draft_anchor[tier]`` (copying its bugs, then re-reading it), else writes its own.
 
     Execution limits of the sandbox (not noise, but part of how quality is measured):
     ``check_timeout_s`` per test or example, ``job_timeout_s`` per program, ``memory_mb``.
+
+    Every table keyed by tier must name every tier of ``NoiseConfig.tiers`` (checked when the
+    domain is built).
     """
 
-    bug_base: float = Field(0.05, ge=0.0)
-    bug_per_statement: float = Field(0.08, ge=0.0)
+    bug_base: float = Field(0.1, ge=0.0)
+    bug_per_statement: float = Field(0.1, ge=0.0)
     api_bug_common: float = Field(0.05, ge=0.0, le=1.0)
     api_bug_rare: float = Field(0.3, ge=0.0, le=1.0)
     doc_relief: float = Field(0.8, ge=0.0, le=1.0)
@@ -229,11 +240,11 @@ class CodeNoise(_Frozen):
     trap_misread: dict[str, float] = Field(default_factory=lambda: {"small": 0.7, "large": 0.3})
     trap_fix_feedback: dict[str, float] = Field(default_factory=lambda: {"small": 0.5, "large": 0.8})
     refactor_scale: float = Field(1.0, ge=0.0)
-    reread_fix: dict[str, float] = Field(default_factory=lambda: {"small": 0.15, "large": 0.35})
-    reread_break: dict[str, float] = Field(default_factory=lambda: {"small": 0.03, "large": 0.01})
+    reread_fix: dict[str, float] = Field(default_factory=lambda: {"small": 0.1, "large": 0.25})
+    reread_break: dict[str, float] = Field(default_factory=lambda: {"small": 0.08, "large": 0.03})
     query_api_recall: dict[str, float] = Field(default_factory=lambda: {"small": 0.5, "large": 0.8})
     query_api_recall_default: float = Field(0.5, ge=0.0, le=1.0)
-    distraction: dict[str, float] = Field(default_factory=lambda: {"small": 0.2, "large": 0.1})
+    distraction: dict[str, float] = Field(default_factory=lambda: {"small": 0.3, "large": 0.15})
     distraction_docs: int = Field(6, ge=1)
     draft_anchor: dict[str, float] = Field(default_factory=lambda: {"small": 0.6, "large": 0.4})
     check_timeout_s: float = Field(0.5, gt=0.0)
