@@ -15,7 +15,8 @@ writes, per domain:
 
 The expected-best is the candidate with the highest estimated expected quality; ties (common on
 easy tasks where several plans always succeed) go to the cheaper plan, as a cost-aware selector
-would choose. ``shape share (strict)`` counts a shape for a task whenever it is among the tied best.
+would choose. The ``strict`` columns count a shape (or the most expensive plan) for a task whenever
+it is among the tied best, which is the least favourable reading.
 
     python benchmarks/bench_plan_choice.py            # all domains, 20 repeats
     python benchmarks/bench_plan_choice.py --domains math --tasks 30
@@ -78,7 +79,7 @@ def summarize_domain(results: list[dict], tol: float = 1e-9) -> dict:
     n = len(results)
     mean_c = sum(sum(c["eq"] for c in r["candidates"]) / len(r["candidates"]) for r in results) / n
     oracle = sum(max(c["eq"] for c in r["candidates"]) for r in results) / n
-    best_shapes, strict, priciest = Counter(), Counter(), 0
+    best_shapes, strict, priciest, priciest_tied = Counter(), Counter(), 0, 0
     for r in results:
         cands = r["candidates"]
         top = max(c["eq"] for c in cands)
@@ -87,8 +88,9 @@ def summarize_domain(results: list[dict], tol: float = 1e-9) -> dict:
         best_shapes[best["shape"]] += 1
         for shape in {c["shape"] for c in tied}:
             strict[shape] += 1
-        if best["plan_id"] == max(cands, key=lambda c: c["cost"])["plan_id"]:
-            priciest += 1
+        most_expensive = max(cands, key=lambda c: c["cost"])["plan_id"]
+        priciest += best["plan_id"] == most_expensive
+        priciest_tied += any(c["plan_id"] == most_expensive for c in tied)
     shape, count = best_shapes.most_common(1)[0]
     sshape, scount = strict.most_common(1)[0]
     return {
@@ -101,6 +103,7 @@ def summarize_domain(results: list[dict], tol: float = 1e-9) -> dict:
         "top_shape_strict": sshape,
         "top_shape_share_strict": round(scount / n, 3),
         "priciest_best_share": round(priciest / n, 3),
+        "priciest_among_tied_best_share": round(priciest_tied / n, 3),
         "distinct_best_shapes": len(best_shapes),
         "cot_small": round(sum(r["cot"]["small"] for r in results) / n, 3),
         "cot_large": round(sum(r["cot"]["large"] for r in results) / n, 3),
@@ -136,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"skip {domain}:{source}: {exc}", file=sys.stderr)
                     continue
                 t0 = time.perf_counter()
-                results = list(pool.map(_evaluate_task, tasks, *zip(*[(args.plans, args.repeats, args.seed)] * len(tasks)), chunksize=1))
+                n_tasks = len(tasks)
+                results = list(
+                    pool.map(_evaluate_task, tasks, [args.plans] * n_tasks, [args.repeats] * n_tasks, [args.seed] * n_tasks)
+                )
                 summary = summarize_domain(results)
                 summary["seconds"] = round(time.perf_counter() - t0, 1)
                 report["domains"][f"{domain}:{source}"] = summary
@@ -149,16 +155,23 @@ def main(argv: list[str] | None = None) -> int:
     md = [
         f"# Plan choice in the sandbox (8 base-sampler candidates, {args.repeats} re-runs each, seed {args.seed})",
         "",
-        "| domain:source | tasks | mean cand. | EQ oracle | gap (pts) | top shape share | strict | priciest best | CoT small | CoT large | targets met |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| domain:source | tasks | mean cand. | EQ oracle | gap (pts) | top shape share | strict | priciest best | strict | CoT small | CoT large | targets met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in rows:
         md.append(
             f"| {name} | {s['tasks']} | {s['mean_candidate']:.3f} | {s['oracle']:.3f} | {s['gap_points']:.1f} | "
             f"{s['top_shape_share']:.0%} | {s['top_shape_share_strict']:.0%} | {s['priciest_best_share']:.0%} | "
+            f"{s['priciest_among_tied_best_share']:.0%} | "
             f"{s['cot_small']:.2f} | {s['cot_large']:.2f} | {'yes' if s['passes'] else 'no'} |"
         )
-    md += ["", "Targets: gap >= 15 points; top shape share <= 40%; priciest best < 50%.", ""]
+    md += [
+        "",
+        "Targets: gap >= 15 points; top shape share <= 40%; priciest best < 50% (ties to the cheaper plan;",
+        "the strict columns count every plan tied for best). Tasks: built-in generators at a seed never used",
+        "while the noise model was set, and the real data sets when present.",
+        "",
+    ]
     out.with_suffix(".md").write_text("\n".join(md))
     print("\n".join(md))
     return 0

@@ -6,7 +6,15 @@
 
 from __future__ import annotations
 
-from orchrm.tasks.base import BUILTIN_DOMAINS, Task, TaskSource, load_tasks, register_source, sources, stable_id
+from orchrm.tasks.base import (
+    BUILTIN_DOMAINS,
+    Task,
+    TaskSource,
+    load_tasks,
+    register_source,
+    sources,
+    stable_id,
+)
 
 __all__ = ["BUILTIN_DOMAINS", "Task", "TaskSource", "load_tasks", "register_source", "sources", "stable_id"]
 
@@ -21,9 +29,5 @@ def _register_builtin_sources() -> None:
     import importlib
 
     for name in BUILTIN_DOMAINS:
-        try:
-            importlib.import_module(f"orchrm.tasks.{name}")
-        except ModuleNotFoundError as exc:  # a domain not built yet must not break the others
-            if exc.name != f"orchrm.tasks.{name}":
-                raise
+        importlib.import_module(f"orchrm.tasks.{name}")
     _REGISTERED = True

@@ -3,14 +3,41 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from orchrm.errors import TaskError
 
 BUILTIN_DOMAINS: tuple[str, ...] = ("math", "code", "multihop", "webqa")
+
+#: environment variable naming the folder of the real data sets (gsm8k/, squad/, strategyqa/)
+DATA_DIR_ENV = "ORCHRM_DATA_DIR"
+
+
+def data_dir() -> Path:
+    """The real-data folder ``$ORCHRM_DATA_DIR``; :class:`TaskError` saying how to set it."""
+    root = os.environ.get(DATA_DIR_ENV)
+    if not root:
+        raise TaskError(
+            f"{DATA_DIR_ENV} is not set: point it at the folder that holds the data sets "
+            f"(gsm8k/test.jsonl, squad/dev-v1.1.json, strategyqa/task.json); the built-in sources need no files"
+        )
+    return Path(root).expanduser()
+
+
+def data_file(relative: str, what: str, *, suffixes: tuple[str, ...] = ("",)) -> Path:
+    """``$ORCHRM_DATA_DIR/<relative>`` (trying each of ``suffixes``, e.g. ``("", ".gz")``);
+    :class:`TaskError` naming the missing file and the fix when it is absent."""
+    base = data_dir() / relative
+    for suffix in suffixes:
+        path = base.with_name(base.name + suffix)
+        if path.is_file():
+            return path
+    raise TaskError(f"{what} file not found: {base}; put {relative} under ${DATA_DIR_ENV} or point {DATA_DIR_ENV} elsewhere")
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,9 @@ from typing import Any
 
 from orchrm.errors import TaskError
 from orchrm.plans import Plan
-from orchrm.tasks.base import Task, TaskSource, register_source
+from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source
 
 DOMAIN = "code"
-DATA_DIR_ENV = "ORCHRM_DATA_DIR"
 JSONL_FILE = "humaneval/HumanEval.jsonl"
 HUMANEVAL_SIZE = 164
 
@@ -358,25 +357,9 @@ def read_problems_file(path: str | os.PathLike) -> list[Task]:
     return tasks
 
 
-def data_file(relative: str = JSONL_FILE) -> Path:
-    """``$ORCHRM_DATA_DIR/<relative>`` (or its ``.gz``); raises :class:`TaskError` saying how to
-    point to it."""
-    root = os.environ.get(DATA_DIR_ENV)
-    if not root:
-        raise TaskError(
-            f"{relative} not found: set {DATA_DIR_ENV} to the folder that holds it "
-            f"(export {DATA_DIR_ENV}=/path/to/data with {relative} inside)"
-        )
-    base = Path(root).expanduser() / relative
-    for path in (base, base.with_name(base.name + ".gz")):
-        if path.is_file():
-            return path
-    raise TaskError(f"{base} not found (nor {base.name}.gz): put it under {DATA_DIR_ENV}={root} or point {DATA_DIR_ENV} elsewhere")
-
-
 def load_jsonl(n: int, seed: int = 0) -> list[Task]:
     """A seeded sample of ``n`` problems of ``$ORCHRM_DATA_DIR/humaneval/HumanEval.jsonl[.gz]``."""
-    return _sample(read_problems_file(data_file()), n, seed)
+    return _sample(read_problems_file(data_file(JSONL_FILE, "HumanEval", suffixes=("", ".gz"))), n, seed)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,11 +46,10 @@ from pathlib import Path
 
 from orchrm.errors import TaskError
 from orchrm.plans import Plan
-from orchrm.tasks.base import Task, TaskSource, register_source, stable_id
+from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source, stable_id
 
 DOMAIN = "math"
 GSM8K_FILE = "gsm8k/test.jsonl"
-DATA_DIR_ENV = "ORCHRM_DATA_DIR"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1053,20 +1052,6 @@ def load_builtin(n: int, seed: int = 0) -> list[Task]:
 # ---------------------------------------------------------------------------------------------
 # GSM8K
 # ---------------------------------------------------------------------------------------------
-def data_path(relative: str) -> Path:
-    """``$ORCHRM_DATA_DIR/<relative>``; raises :class:`TaskError` saying how to point to it."""
-    root = os.environ.get(DATA_DIR_ENV)
-    if not root:
-        raise TaskError(
-            f"{relative} not found: set {DATA_DIR_ENV} to the folder that holds it "
-            f"(e.g. export {DATA_DIR_ENV}=/path/to/data with {relative} inside)"
-        )
-    path = Path(root).expanduser() / relative
-    if not path.is_file():
-        raise TaskError(f"{path} not found: put {relative} under {DATA_DIR_ENV}={root} or point {DATA_DIR_ENV} elsewhere")
-    return path
-
-
 def read_gsm8k(path: str | os.PathLike) -> list[Task]:
     """Every item of a GSM8K JSONL file (fields ``question``, ``answer``) as a math Task.
 
@@ -1096,7 +1081,7 @@ _GSM8K_CACHE: dict[str, list[Task]] = {}
 def load_gsm8k(n: int, seed: int = 0, *, path: str | os.PathLike | None = None) -> list[Task]:
     """``n`` GSM8K test items drawn without replacement by ``seed`` (all of them if ``n`` is
     larger). The file is ``path`` or ``$ORCHRM_DATA_DIR/gsm8k/test.jsonl``."""
-    file = Path(path) if path is not None else data_path(GSM8K_FILE)
+    file = Path(path) if path is not None else data_file(GSM8K_FILE, "GSM8K")
     if not file.is_file():
         raise TaskError(f"{file} not found: pass the path of GSM8K's test.jsonl or set {DATA_DIR_ENV}")
     key = str(file.resolve())
@@ -1325,7 +1310,6 @@ __all__ = [
     "Fact",
     "Trap",
     "answer_match",
-    "data_path",
     "eval_expr",
     "facts_in",
     "fmt_number",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -34,11 +33,10 @@ from pathlib import Path
 
 from orchrm.errors import TaskError
 from orchrm.plans import Plan
-from orchrm.tasks.base import Task, TaskSource, register_source, stable_id
+from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source, stable_id
 
 DOMAIN = "multihop"
 WORLD_ID = 0  # the built-in world; questions differ by seed, the encyclopaedia does not
-DATA_ENV = "ORCHRM_DATA_DIR"
 STRATEGYQA_FILE = "strategyqa/task.json"
 
 POPULARITY = ("famous", "known", "obscure")
@@ -505,27 +503,6 @@ def load_builtin(n: int, seed: int) -> list[Task]:
 
 # ---------------------------------------------------------------------------------------------
 # StrategyQA
-def data_dir() -> Path:
-    """The reference-data folder: ``$ORCHRM_DATA_DIR`` (required for the real-data sources)."""
-    value = os.environ.get(DATA_ENV)
-    if not value:
-        raise TaskError(
-            f"set {DATA_ENV} to the folder that holds the reference data sets "
-            f"(it must contain {STRATEGYQA_FILE} for StrategyQA)"
-        )
-    return Path(value)
-
-
-def _data_file(relative: str, what: str) -> Path:
-    path = data_dir() / relative
-    if not path.is_file():
-        raise TaskError(
-            f"{what} file not found: {path}; download it and point {DATA_ENV} at the folder "
-            f"that contains {relative}"
-        )
-    return path
-
-
 _SENT = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -593,7 +570,7 @@ def fact_popularity(sentence: str) -> str:
 
 def load_strategyqa(n: int, seed: int) -> list[Task]:
     """``n`` StrategyQA questions (seeded sample without replacement; all if ``n`` exceeds them)."""
-    path = _data_file(STRATEGYQA_FILE, "StrategyQA")
+    path = data_file(STRATEGYQA_FILE, "StrategyQA")
     corpus = strategyqa_corpus(str(path))
     examples = json.loads(path.read_text())["examples"]
     order = list(range(len(examples)))
@@ -811,7 +788,7 @@ register_source(
         DOMAIN,
         "strategyqa",
         load_strategyqa,
-        f"StrategyQA yes/no questions ({STRATEGYQA_FILE} under ${DATA_ENV})",
+        f"StrategyQA yes/no questions ({STRATEGYQA_FILE} under ${DATA_DIR_ENV})",
     )
 )
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from orchrm.errors import TaskError
 from orchrm.plans import Plan
-from orchrm.tasks.base import Task, TaskSource, register_source, stable_id
-from orchrm.tasks.multihop import DATA_ENV, POPULARITY, data_dir, make_name
+from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source, stable_id
+from orchrm.tasks.multihop import POPULARITY, make_name
 
 DOMAIN = "webqa"
 WORLD_ID = 0
@@ -414,13 +414,7 @@ def squad_corpus(path: str) -> SquadCorpus:
 
 
 def squad_file() -> Path:
-    path = data_dir() / SQUAD_FILE
-    if not path.is_file():
-        raise TaskError(
-            f"SQuAD file not found: {path}; download SQuAD v1.1 dev and point {DATA_ENV} at the "
-            f"folder that contains {SQUAD_FILE}"
-        )
-    return path
+    return data_file(SQUAD_FILE, "SQuAD v1.1 dev")
 
 
 def load_squad(n: int, seed: int) -> list[Task]:
@@ -598,7 +592,7 @@ register_source(
 )
 register_source(
     TaskSource(
-        DOMAIN, "squad", load_squad, f"SQuAD v1.1 dev questions ({SQUAD_FILE} under ${DATA_ENV})"
+        DOMAIN, "squad", load_squad, f"SQuAD v1.1 dev questions ({SQUAD_FILE} under ${DATA_DIR_ENV})"
     )
 )
 

@@ -4,7 +4,13 @@ from collections import Counter
 import pytest
 
 from orchrm.collect import allocate, plans_for_task
-from orchrm.orchestrators import BaseSampler, RoleSampler, SpecializedSampler, get_sampler, sample_prior_plan
+from orchrm.orchestrators import (
+    BaseSampler,
+    RoleSampler,
+    SpecializedSampler,
+    get_sampler,
+    sample_prior_plan,
+)
 from orchrm.tasks.base import Task
 from orchrm.tasks.router import route, task_from_text
 

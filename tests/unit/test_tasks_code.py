@@ -97,10 +97,10 @@ def test_parse_examples_reads_the_styles_of_humaneval(doc, expected):
 
 def test_jsonl_source_needs_its_file(monkeypatch, tmp_path):
     monkeypatch.delenv("ORCHRM_DATA_DIR", raising=False)
-    with pytest.raises(TaskError, match="set ORCHRM_DATA_DIR"):
+    with pytest.raises(TaskError, match="ORCHRM_DATA_DIR is not set"):
         load_jsonl(2, 0)
     monkeypatch.setenv("ORCHRM_DATA_DIR", str(tmp_path))
-    with pytest.raises(TaskError, match="HumanEval.jsonl not found"):
+    with pytest.raises(TaskError, match=r"HumanEval file not found: .*humaneval/HumanEval.jsonl"):
         load_tasks("code", 2, source="jsonl")
 
 

@@ -155,7 +155,7 @@ def test_gsm8k_loader_says_how_to_point_to_the_file(monkeypatch, tmp_path):
     with pytest.raises(TaskError, match=r"gsm8k/test\.jsonl.*ORCHRM_DATA_DIR"):
         load_gsm8k(3)
     monkeypatch.delenv("ORCHRM_DATA_DIR")
-    with pytest.raises(TaskError, match="set ORCHRM_DATA_DIR"):
+    with pytest.raises(TaskError, match="ORCHRM_DATA_DIR is not set"):
         load_gsm8k(3)
 
 

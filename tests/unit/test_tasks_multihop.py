@@ -168,7 +168,7 @@ def test_strategyqa_missing_file_names_it_and_the_fix(tmp_path, monkeypatch):
     with pytest.raises(TaskError, match=r"strategyqa/task\.json.*ORCHRM_DATA_DIR"):
         load_strategyqa(5, seed=0)
     monkeypatch.delenv("ORCHRM_DATA_DIR")
-    with pytest.raises(TaskError, match="set ORCHRM_DATA_DIR"):
+    with pytest.raises(TaskError, match="ORCHRM_DATA_DIR is not set"):
         load_strategyqa(5, seed=0)
 
 

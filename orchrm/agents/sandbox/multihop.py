@@ -40,7 +40,7 @@ from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval, Sandb
 from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.agents.sandbox.retrieval import BM25Index, cached_index, tokenize
 from orchrm.quality import exact_match, normalize_answer, token_f1
-from orchrm.tasks.base import Task
+from orchrm.tasks.base import Task, data_file
 from orchrm.tasks.multihop import (
     REL_QUERY,
     RELATIONS,
@@ -49,7 +49,6 @@ from orchrm.tasks.multihop import (
     FactCorpus,
     World,
     build_world,
-    data_dir,
     strategyqa_corpus,
 )
 
@@ -231,7 +230,7 @@ class MultihopDomain(SandboxDomain):
         if kind == "facts":
             path = md.get("corpus")
             if not path or not Path(path).is_file():  # tasks stored on another machine
-                path = str(data_dir() / STRATEGYQA_FILE)
+                path = str(data_file(STRATEGYQA_FILE, "StrategyQA"))
             corpus = strategyqa_corpus(str(path))
             facts = tuple(md["facts"])
             index = cached_index(f"multihop:strategyqa:{path}", corpus.docs)
