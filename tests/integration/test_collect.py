@@ -1,0 +1,83 @@
+"""`orchrm collect` end to end on the sandbox: the artifact table and its invariants."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from orchrm.agents.sandbox.engine import RESULTS_MARKER
+from orchrm.collect import collect
+from orchrm.plans import Plan
+from orchrm.tokens import count_tokens
+from orchrm.traces import ARTIFACT_COLUMNS, read_table
+
+pytestmark = pytest.mark.integration
+
+
+def check_artifact_table(df: pd.DataFrame, *, tasks_per_domain: int, plans: int, domains=("math", "code", "multihop", "webqa")) -> None:
+    assert list(df.columns) == list(ARTIFACT_COLUMNS)
+    assert df.artifact_id.is_unique
+    assert set(df.domain) == set(domains)
+    assert df.groupby("domain").task_id.nunique().eq(tasks_per_domain).all()
+    finals = df[df.is_final]
+    # every plan has exactly one final artifact, and every task has `plans` distinct plans
+    assert finals.groupby(["task_id", "plan_id"]).size().eq(1).all()
+    assert finals.groupby("task_id").plan_id.nunique().eq(plans).all()
+    assert (df.prompt_tokens > 0).all() and (df.completion_tokens > 0).all()
+    for row in df.itertuples():
+        produced = row.content.split(RESULTS_MARKER)[0] if row.agent == "WebSearch" else row.content
+        assert row.completion_tokens == count_tokens(produced)
+    # every row's plan text parses and names the node that produced it
+    plans_seen = {t: Plan.parse(t) for t in df.plan_text.unique()}
+    for row in df[["plan_text", "plan_id", "node_id", "agent", "depth"]].itertuples():
+        plan = plans_seen[row.plan_text]
+        assert plan.plan_id == row.plan_id
+        assert plan.node(row.node_id).agent == row.agent
+        assert plan.depths()[row.node_id] == row.depth
+    # quality is known for every final artifact of the built-in domains, and in [0, 1]
+    assert finals.quality.notna().all()
+    assert df.quality.dropna().between(0, 1).all()
+    assert set(df.orchestrator) == {"base", "specialized"}
+
+
+def test_cli_collect_writes_the_artifact_table(tmp_path):
+    out = tmp_path / "artifacts.parquet"
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchrm.cli", "collect", "--domain", "all", "--tasks", "3", "--plans", "8", "--seed", "0", "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote" in proc.stdout and "multihop" in proc.stdout
+    check_artifact_table(read_table(out), tasks_per_domain=3, plans=8)
+
+
+def test_collection_is_deterministic_whatever_the_workers():
+    a = collect(domains=["math", "webqa"], tasks_per_domain=4, plans_per_task=4, seed=11, workers=1, progress=False)
+    b = collect(domains=["math", "webqa"], tasks_per_domain=4, plans_per_task=4, seed=11, workers=2, progress=False)
+    pd.testing.assert_frame_equal(a.drop(columns="created_at"), b.drop(columns="created_at"))
+    c = collect(domains=["math", "webqa"], tasks_per_domain=4, plans_per_task=4, seed=12, workers=1, progress=False)
+    assert set(c.artifact_id).isdisjoint(a.artifact_id)
+
+
+def test_prefix_collection_spends_fewer_tokens():
+    full = collect(domains=["multihop"], tasks_per_domain=3, plans_per_task=6, seed=2, workers=1, progress=False)
+    prefix = collect(domains=["multihop"], tasks_per_domain=3, plans_per_task=6, seed=2, workers=1, progress=False, stop_after_depth=0)
+    assert (prefix.depth == 0).all()
+    assert (prefix.prompt_tokens + prefix.completion_tokens).sum() < (full.prompt_tokens + full.completion_tokens).sum()
+
+
+@pytest.mark.slow
+def test_acceptance_size_collection(tmp_path):
+    """The issue's acceptance command: 50 tasks per domain, 8 plans each."""
+    out = tmp_path / "X.parquet"
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchrm.cli", "collect", "--domain", "all", "--tasks", "50", "--plans", "8", "--seed", "0", "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr
+    check_artifact_table(read_table(out), tasks_per_domain=50, plans=8)
