@@ -31,15 +31,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from orchrm.errors import TaskError
 from orchrm.plans import Plan
 from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source, stable_id
+from orchrm.tasks.qa import (
+    POPULARITY,
+    distinct_tasks,
+    make_name,
+    name_style,
+    plan_cost,
+    unique_name,
+)
 
 DOMAIN = "multihop"
 WORLD_ID = 0  # the built-in world; questions differ by seed, the encyclopaedia does not
 STRATEGYQA_FILE = "strategyqa/task.json"
-
-POPULARITY = ("famous", "known", "obscure")
 
 # relation -> (subject type, object type)
 RELATIONS: Mapping[str, tuple[str, str]] = {
@@ -127,141 +132,6 @@ class World:
         return [Doc(eid, e.name, self.texts[eid]) for eid, e in self.entities.items()]
 
 
-_ON = [
-    "b",
-    "d",
-    "f",
-    "g",
-    "h",
-    "k",
-    "l",
-    "m",
-    "n",
-    "p",
-    "r",
-    "s",
-    "t",
-    "v",
-    "z",
-    "br",
-    "st",
-    "tr",
-    "gr",
-    "th",
-]
-_VO = ["a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou", "ia"]
-_CO = ["", "", "", "n", "r", "l", "s", "m"]
-_ADJ = [
-    "Midnight",
-    "Silent",
-    "Golden",
-    "Broken",
-    "Last",
-    "Crimson",
-    "Hidden",
-    "Distant",
-    "Winter",
-    "Paper",
-    "Iron",
-    "Glass",
-    "Quiet",
-    "Burning",
-    "Velvet",
-    "Northern",
-    "Salt",
-    "Hollow",
-    "Electric",
-    "Wild",
-]
-_NOUN = [
-    "Harbor",
-    "Orchard",
-    "Signal",
-    "Empire",
-    "River",
-    "Garden",
-    "Crown",
-    "Mirror",
-    "Station",
-    "Lantern",
-    "Frontier",
-    "Tide",
-    "Canyon",
-    "Letter",
-    "Circus",
-    "Meridian",
-    "Shadow",
-    "Summer",
-    "Bridge",
-    "Anthem",
-]
-_PLURAL = ["Lanterns", "Rivers", "Letters", "Mirrors", "Bridges", "Winters", "Shadows", "Crowns"]
-_OBS_FILM = [
-    "Nocturne for",
-    "Elegy of",
-    "Ballad of",
-    "Chronicle of",
-    "Fragments of",
-    "Requiem for",
-    "Testament of",
-]
-_NUMS = ["Seven", "Three", "Nine", "Eleven", "Twelve", "Forty"]
-_CO_SUFFIX = ["Pictures", "Studios", "Films", "Media", "Entertainment"]
-_OBS_CO = [
-    "Cinematographic Cooperative",
-    "Audiovisual Consortium Ltd.",
-    "Film & Sound Collective",
-    "Moving-Picture Syndicate",
-]
-_CITY_FORM = ["{w}", "Port {w}", "{w} Falls", "{w}ton", "San {w}", "{w}burg"]
-_OBS_CITY = ["Upper {w}-on-{v}", "{w}-{v} Crossing", "Lower {w} by the {v}", "{w}-sur-{v}"]
-
-
-def _word(rng: random.Random, syllables: int) -> str:
-    return "".join(
-        rng.choice(_ON) + rng.choice(_VO) + rng.choice(_CO) for _ in range(syllables)
-    ).capitalize()
-
-
-def _style(rng: random.Random, popularity: str) -> str:
-    """Name style usually follows popularity, but not always (the cue is imperfect)."""
-    if rng.random() < 0.8:
-        return popularity
-    return rng.choice(POPULARITY)
-
-
-def make_name(rng: random.Random, etype: str, style: str) -> str:
-    """A synthetic name for an entity of ``etype`` in the naming ``style`` of a popularity level
-    (obscure entities get long, specific names)."""
-    w = lambda n: _word(rng, n)  # noqa: E731
-    if etype == "country":
-        return w(2) + rng.choice(["land", "ia", "stan", "mark", "ora"])
-    if etype == "city":
-        if style == "obscure":
-            return rng.choice(_OBS_CITY).format(w=w(2), v=w(2))
-        form = rng.choice(_CITY_FORM) if style == "known" else "{w}"
-        return form.format(w=w(2 if style == "known" else rng.choice((1, 2))))
-    if etype == "person":
-        if style == "famous":
-            return f"{w(2)} {w(1)}"
-        if style == "known":
-            return f"{w(2)} {w(3)}"
-        return f"{w(3)} {rng.choice('ABCDEFGHJKLMNPRSTV')}. {w(2)}-{w(3)}"
-    if etype == "company":
-        if style == "famous":
-            return f"{w(2)} {rng.choice(_CO_SUFFIX)}"
-        if style == "known":
-            return f"{w(2)} Brothers {rng.choice(_CO_SUFFIX)}"
-        return f"{w(3)} & {w(2)} {rng.choice(_OBS_CO)}"
-    if etype == "film":
-        if style == "famous":
-            return f"{rng.choice(_ADJ)} {rng.choice(_NOUN)}"
-        if style == "known":
-            return f"The {rng.choice(_ADJ)} {rng.choice(_NOUN)} of {w(2)}"
-        return f"{rng.choice(_OBS_FILM)} {rng.choice(_NUMS)} {rng.choice(_PLURAL)} ({rng.randint(1921, 1989)} short)"
-    raise ValueError(etype)
-
-
 def _twin_name(rng: random.Random, e: Entity) -> str:
     if e.type == "person":
         first, rest = e.name.split(" ", 1)
@@ -333,11 +203,7 @@ def build_world(world_id: int = WORLD_ID) -> World:
 
     def new(etype: str, pop: str | None = None) -> str:
         pop = pop or rng.choices(POPULARITY, _POP_WEIGHTS[etype])[0]
-        style = _style(rng, pop)
-        name = make_name(rng, etype, style)
-        while name.lower() in names:
-            name = make_name(rng, etype, style)
-        names.add(name.lower())
+        name = unique_name(rng, etype, name_style(rng, pop), names)
         eid = f"{etype[:2]}{len(ents):05d}"
         ents[eid] = {"type": etype, "name": name, "pop": pop, "facts": {}}
         pools.setdefault((etype, pop), []).append(eid)
@@ -485,20 +351,12 @@ def load_builtin(n: int, seed: int) -> list[Task]:
     """``n`` distinct 2–4-hop questions over the built-in world, the same for the same seed."""
     world = build_world(WORLD_ID)
     rng = random.Random(f"orchrm-multihop-questions-{seed}")
-    tasks: dict[str, Task] = {}
-    tries = 0
-    while len(tasks) < n:
-        tries += 1
-        if tries > 50 * n + 1000:
-            raise TaskError(
-                f"the built-in multihop world yields fewer than {n} distinct questions; ask for fewer"
-            )
+
+    def draw() -> Task | None:
         chain = _walk(world, rng, rng.choice((2, 3, 4)))
-        if chain is None:
-            continue
-        task = kg_task(world, chain)
-        tasks.setdefault(task.task_id, task)
-    return list(tasks.values())
+        return None if chain is None else kg_task(world, chain)
+
+    return distinct_tasks(n, draw, source="the built-in multihop world")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -703,21 +561,7 @@ def heuristic_plan_score(features: Mapping[str, float], plan: Plan) -> float:
         if reflexion and not search and all(n.model == "small" for n in reflexion):
             score -= 0.1
     score += 0.03 * (hops - 2) * large
-    cost = 0.0
-    for n in nodes:
-        w = 5.0 if n.model == "large" else 1.0
-        p = n.params
-        mult = (
-            int(p.get("k", 1))
-            if n.agent == "SelfConsistency"
-            else int(p.get("agents", 1)) * (1 + int(p.get("rounds", 0)))
-            if n.agent == "Debate"
-            else 1 + int(p.get("iterations", 0))
-            if n.agent == "Reflexion"
-            else 0.3
-        )
-        cost += w * mult
-    return score - 0.04 * math.log1p(cost)
+    return score - 0.04 * math.log1p(plan_cost(plan))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,10 +29,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from orchrm.errors import TaskError
 from orchrm.plans import Plan
 from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source, stable_id
-from orchrm.tasks.multihop import POPULARITY, make_name
+from orchrm.tasks.qa import (
+    POPULARITY,
+    distinct_tasks,
+    make_name,
+    name_style,
+    plan_cost,
+    unique_name,
+)
 
 DOMAIN = "webqa"
 WORLD_ID = 0
@@ -211,12 +217,7 @@ def build_corpus(world_id: int = WORLD_ID) -> WebCorpus:
     names: set[str] = set()
 
     def fresh(etype: str, style: str) -> str:
-        kind = "city" if etype == "town" else etype
-        n = make_name(rng, kind, style)
-        while n.lower() in names:
-            n = make_name(rng, kind, style)
-        names.add(n.lower())
-        return n
+        return unique_name(rng, "city" if etype == "town" else etype, style, names)
 
     provinces = [f"{make_name(rng, 'country', 'famous')} province" for _ in range(_PROVINCES_N)]
     people_names = [fresh("person", rng.choice(POPULARITY)) for _ in range(900)]
@@ -255,8 +256,7 @@ def build_corpus(world_id: int = WORLD_ID) -> WebCorpus:
     for etype in ("town", "company", "person"):
         for i in range(_COUNTS[etype]):
             pop = rng.choices(POPULARITY, _POP_WEIGHTS)[0]
-            style = pop if rng.random() < 0.8 else rng.choice(POPULARITY)
-            name = fresh(etype, style)
+            name = fresh(etype, name_style(rng, pop))
             qual = rng.choice(provinces) if etype == "town" else None
             eid = f"{etype[:2]}{i:04d}"
             if etype == "company":
@@ -363,19 +363,13 @@ def load_builtin(n: int, seed: int) -> list[Task]:
     corpus = build_corpus(WORLD_ID)
     rng = random.Random(f"orchrm-webqa-questions-{seed}")
     base = [eid for eid, e in corpus.entities.items() if e.twin_of is None]
-    tasks: dict[str, Task] = {}
-    tries = 0
-    while len(tasks) < n:
-        tries += 1
-        if tries > 50 * n + 1000:
-            raise TaskError(
-                f"the built-in webqa corpus yields fewer than {n} distinct questions; ask for fewer"
-            )
+
+    def draw() -> Task:
         eid = rng.choice(base)
         attr = rng.choice(list(TEMPLATES[corpus.entities[eid].type]))
-        task = builtin_task(corpus, eid, attr, specific=rng.random() < 0.5)
-        tasks.setdefault(task.task_id, task)
-    return list(tasks.values())
+        return builtin_task(corpus, eid, attr, specific=rng.random() < 0.5)
+
+    return distinct_tasks(n, draw, source="the built-in webqa corpus")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,20 +533,7 @@ def heuristic_plan_score(features: Mapping[str, float], plan: Plan) -> float:
             and all(n.model == "small" for n in reasoners if n.agent == "Reflexion")
         ):
             score -= 0.08
-    cost = 0.0
-    for n in plan.nodes:
-        p = n.params
-        mult = (
-            int(p.get("k", 1))
-            if n.agent == "SelfConsistency"
-            else int(p.get("agents", 1)) * (1 + int(p.get("rounds", 0)))
-            if n.agent == "Debate"
-            else 1 + int(p.get("iterations", 0))
-            if n.agent == "Reflexion"
-            else 0.3
-        )
-        cost += (5.0 if n.model == "large" else 1.0) * mult
-    return score - 0.04 * math.log1p(cost)
+    return score - 0.04 * math.log1p(plan_cost(plan))
 
 
 def from_text(question: str) -> Task | None:

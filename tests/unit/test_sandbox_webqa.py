@@ -3,59 +3,25 @@ DESIGN §4 shown statistically with fixed seeds."""
 
 from __future__ import annotations
 
-import os
-import random
 import statistics
-from pathlib import Path
 
 import pytest
 
-from orchrm.agents.sandbox import SandboxBackend
 from orchrm.agents.sandbox.domain import Retrieval
 from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.agents.sandbox.webqa import WebqaDomain, em_quality, f1_quality
-from orchrm.plans import Plan
-from orchrm.tasks.webqa import build_corpus, load_builtin, load_squad
-
-COT_S = '<agent id="a" type="CoT" model="small"/>'
-COT_L = '<agent id="a" type="CoT" model="large"/>'
-SC7_S = '<agent id="a" type="SelfConsistency" model="small" k="7"/>'
-COT_REFLECT_S = (
-    '<agent id="a" type="CoT" model="small"/><agent id="r" type="Reflexion" model="small" iterations="2"/>'
-    '<edge from="a" to="r"/>'
+from orchrm.tasks.webqa import SQUAD_FILE, build_corpus, load_builtin, load_squad
+from tests.unit._qa_helpers import (
+    BACKEND,
+    COT_L,
+    COT_REFLECT_S,
+    COT_S,
+    SC7_S,
+    execute,
+    mean_quality,
+    search,
+    use_real_data,
 )
-
-
-def search(reasoner: str, *, queries: int = 1, top_k: int) -> str:
-    return f'<agent id="s" type="WebSearch" queries="{queries}" top_k="{top_k}"/>{reasoner}<edge from="s" to="a"/>'
-
-
-BACKEND = SandboxBackend(NoiseConfig())
-
-
-def execute(task, plan_text: str, seed: int):
-    """Run a plan node by node in topological order; returns (final output, cost)."""
-    plan = Plan.parse(plan_text)
-    rng = random.Random(seed)
-    shared: dict = {}
-    done = {}
-    cost = 0.0
-    for node in plan.nodes:
-        out = BACKEND.run_node(
-            task, node, [done[p] for p in plan.parents(node.id)], rng=rng, shared=shared
-        )
-        done[node.id] = out
-        cost += (out.prompt_tokens + out.completion_tokens) * BACKEND.cost_weight(node.model)
-    return done[plan.sink], cost
-
-
-def mean_quality(tasks, plan_text: str, reps: int) -> float:
-    scores = []
-    for i, task in enumerate(tasks):
-        for r in range(reps):
-            out, _ = execute(task, plan_text, seed=1000 * i + r)
-            scores.append(BACKEND.quality(task, out))
-    return statistics.mean(scores)
 
 
 @pytest.fixture(scope="module")
@@ -185,18 +151,9 @@ def test_vague_questions_confuse_every_sample_alike_specific_ones_do_not(pool):
 
 
 # SQuAD (real data; skipped without it) -----------------------------------------------------------
-DATA = Path(
-    os.environ.get(
-        "ORCHRM_DATA_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "data"
-    )
-)
-
-
 @pytest.fixture
 def squad(monkeypatch):
-    if not (DATA / "squad" / "dev-v1.1.json").is_file():
-        pytest.skip(f"SQuAD not found under {DATA} (set ORCHRM_DATA_DIR)")
-    monkeypatch.setenv("ORCHRM_DATA_DIR", str(DATA))
+    use_real_data(monkeypatch, SQUAD_FILE, "SQuAD")
     return load_squad(30, seed=5)
 
 

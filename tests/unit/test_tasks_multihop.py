@@ -3,9 +3,7 @@ question features and heuristic, and free-text parsing."""
 
 from __future__ import annotations
 
-import os
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -14,6 +12,7 @@ from orchrm.plans import Plan
 from orchrm.tasks import load_tasks, sources
 from orchrm.tasks.multihop import (
     RELATIONS,
+    STRATEGYQA_FILE,
     TRAP_SIBLING,
     build_world,
     fact_popularity,
@@ -24,11 +23,12 @@ from orchrm.tasks.multihop import (
     load_strategyqa,
     question_features,
 )
-
-DATA = Path(
-    os.environ.get(
-        "ORCHRM_DATA_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "data"
-    )
+from tests.unit._qa_helpers import (
+    CLOSED,
+    LARGE,
+    VOTE,
+    assert_builtin_deterministic_per_seed,
+    use_real_data,
 )
 
 
@@ -37,11 +37,7 @@ def test_sources_are_registered():
 
 
 def test_builtin_is_deterministic_per_seed_and_differs_across_seeds():
-    a = load_tasks("multihop", 40, seed=3)
-    b = load_tasks("multihop", 40, seed=3)
-    c = load_tasks("multihop", 40, seed=4)
-    assert [t.to_row() for t in a] == [t.to_row() for t in b]
-    assert {t.task_id for t in a} != {t.task_id for t in c}
+    assert_builtin_deterministic_per_seed("multihop")
 
 
 def test_builtin_tasks_are_valid_chains_over_the_world():
@@ -129,9 +125,6 @@ def test_trap_phrasings(question, trap):
 SEARCH = Plan.parse(
     '<agent id="s" type="WebSearch" queries="3" top_k="3"/><agent id="a" type="CoT" model="small"/><edge from="s" to="a"/>'
 )
-CLOSED = Plan.parse('<agent id="a" type="CoT" model="small"/>')
-LARGE = Plan.parse('<agent id="a" type="CoT" model="large"/>')
-VOTE = Plan.parse('<agent id="a" type="SelfConsistency" model="small" k="5"/>')
 
 
 def test_heuristic_prefers_search_for_obscure_names_and_large_tier_on_traps():
@@ -173,9 +166,7 @@ def test_strategyqa_missing_file_names_it_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_strategyqa_loader_on_real_data(monkeypatch):
-    if not (DATA / "strategyqa" / "task.json").is_file():
-        pytest.skip(f"StrategyQA not found under {DATA} (set ORCHRM_DATA_DIR)")
-    monkeypatch.setenv("ORCHRM_DATA_DIR", str(DATA))
+    use_real_data(monkeypatch, STRATEGYQA_FILE, "StrategyQA")
     tasks = load_tasks("multihop", 50, seed=1, source="strategyqa")
     assert len(tasks) == 50 and len({t.task_id for t in tasks}) == 50
     assert {t.reference for t in tasks} == {"Yes", "No"}

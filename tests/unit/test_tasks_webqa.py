@@ -3,9 +3,7 @@ heuristic, and free-text parsing."""
 
 from __future__ import annotations
 
-import os
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +11,7 @@ from orchrm.errors import TaskError
 from orchrm.plans import Plan
 from orchrm.tasks import load_tasks, sources
 from orchrm.tasks.webqa import (
+    SQUAD_FILE,
     TEMPLATES,
     TRAP_SIBLING,
     build_corpus,
@@ -24,11 +23,12 @@ from orchrm.tasks.webqa import (
     question_features,
     squad_popularity,
 )
-
-DATA = Path(
-    os.environ.get(
-        "ORCHRM_DATA_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "data"
-    )
+from tests.unit._qa_helpers import (
+    CLOSED,
+    LARGE,
+    VOTE,
+    assert_builtin_deterministic_per_seed,
+    use_real_data,
 )
 
 
@@ -37,9 +37,7 @@ def test_sources_are_registered():
 
 
 def test_builtin_is_deterministic_per_seed_and_differs_across_seeds():
-    a = load_tasks("webqa", 40, seed=3)
-    assert [t.to_row() for t in a] == [t.to_row() for t in load_tasks("webqa", 40, seed=3)]
-    assert {t.task_id for t in a} != {t.task_id for t in load_tasks("webqa", 40, seed=4)}
+    assert_builtin_deterministic_per_seed("webqa")
 
 
 def test_builtin_tasks_ask_one_fact_stated_on_the_gold_page():
@@ -127,9 +125,6 @@ SEARCH = Plan.parse(
 WIDE = Plan.parse(
     '<agent id="s" type="WebSearch" queries="2" top_k="12"/><agent id="a" type="CoT" model="small"/><edge from="s" to="a"/>'
 )
-CLOSED = Plan.parse('<agent id="a" type="CoT" model="small"/>')
-LARGE = Plan.parse('<agent id="a" type="CoT" model="large"/>')
-VOTE = Plan.parse('<agent id="a" type="SelfConsistency" model="small" k="5"/>')
 
 
 def test_heuristic_reads_obscurity_vagueness_and_traps():
@@ -164,9 +159,7 @@ def test_squad_missing_file_names_it_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_squad_loader_on_real_data(monkeypatch):
-    if not (DATA / "squad" / "dev-v1.1.json").is_file():
-        pytest.skip(f"SQuAD not found under {DATA} (set ORCHRM_DATA_DIR)")
-    monkeypatch.setenv("ORCHRM_DATA_DIR", str(DATA))
+    use_real_data(monkeypatch, SQUAD_FILE, "SQuAD")
     tasks = load_tasks("webqa", 60, seed=1, source="squad")
     assert len(tasks) == 60 and len({t.task_id for t in tasks}) == 60
     assert [t.task_id for t in load_squad(60, seed=1)] == [t.task_id for t in tasks]

@@ -32,14 +32,22 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval, SandboxDomain
-from orchrm.agents.sandbox.noise import NoiseConfig
+from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval
+from orchrm.agents.sandbox.noise import MultihopNoise, NoiseConfig
+from orchrm.agents.sandbox.qa import (
+    MEMORY_CONFIDENCE,
+    Memory,
+    QaDomain,
+    em_quality,
+    f1_quality,
+    feedback_retrieve,
+)
 from orchrm.agents.sandbox.retrieval import BM25Index, cached_index, tokenize
-from orchrm.quality import exact_match, normalize_answer, token_f1
+from orchrm.quality import normalize_answer
 from orchrm.tasks.base import Task, data_file
 from orchrm.tasks.multihop import (
     REL_QUERY,
@@ -86,25 +94,6 @@ _CONFIDENCE = {
     "nearmiss": 0.85,
     "guess": 0.3,
 }
-_MEMORY_CONFIDENCE = {"famous": 0.85, "known": 0.65, "obscure": 0.5}
-
-
-def em_quality(prediction: str | None, reference: str | Sequence[str] | None) -> float:
-    """The multihop quality: SQuAD-normalised exact match (1.0 / 0.0), also for yes/no.
-
-    >>> em_quality("the Orison Pictures.", "Orison pictures")
-    1.0
-    """
-    if reference is None:
-        return 0.0
-    return exact_match(prediction, list(reference) if not isinstance(reference, str) else reference)
-
-
-def f1_quality(prediction: str | None, reference: str | Sequence[str] | None) -> float:
-    """SQuAD token F1 (partial credit for partly right names); exposed for users who prefer it."""
-    if reference is None:
-        return 0.0
-    return token_f1(prediction, list(reference) if not isinstance(reference, str) else reference)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,54 +157,16 @@ def _distort(sentence: str) -> str:
     return out if n else f"it is not the case that {sentence[:1].lower()}{sentence[1:]}"
 
 
-class MultihopDomain(SandboxDomain):
+class MultihopDomain(QaDomain):
     """multihop: built-in knowledge-graph questions (``kind == "kg"``) and StrategyQA
     (``kind == "facts"``). Noise parameters: :class:`~orchrm.agents.sandbox.noise.MultihopNoise`."""
 
     name = "multihop"
+    doc_kinds = _DOC_KINDS
+    p: MultihopNoise
 
     def __init__(self, noise: NoiseConfig) -> None:
-        super().__init__(noise)
-        self.p = noise.multihop
-        self._memory: dict[tuple, tuple] = {}
-        self._pow: dict[tuple[str, int], float] = {}
-        self._tier_cache: dict[tuple[str, str], object] = {}
-
-    # parameters -----------------------------------------------------------------------------
-    def _tv(self, field: str, tier: str):
-        """``field``'s value for ``tier`` (a tier missing from the table borrows the closest
-        tier by skill)."""
-        key = (field, tier)
-        v = self._tier_cache.get(key)
-        if v is None:
-            table = (
-                getattr(self.p, field)
-                if hasattr(self.p, field)
-                else getattr(self.noise.generic, field)
-            )
-            if tier in table:
-                v = table[tier]
-            else:
-                skill = self.noise.tiers[tier].skill if tier in self.noise.tiers else 1.0
-                near = min(
-                    table,
-                    key=lambda t: (
-                        abs(self.noise.tiers[t].skill - skill) if t in self.noise.tiers else 9.0
-                    ),
-                )
-                v = table[near]
-            self._tier_cache[key] = v
-        return v
-
-    def _pull(self, tier: str, n_other: int) -> float:
-        """Chance that at least one of ``n_other`` distracting documents sways a hop."""
-        if n_other <= 0:
-            return 0.0
-        key = (tier, n_other)
-        p = self._pow.get(key)
-        if p is None:
-            p = self._pow[key] = 1.0 - (1.0 - self._tv("distractor_pull", tier)) ** n_other
-        return p
+        super().__init__(noise, noise.multihop)
 
     # prepare ----------------------------------------------------------------------------------
     def prepare(self, task: Task) -> KGState | FactState:
@@ -248,22 +199,19 @@ class MultihopDomain(SandboxDomain):
         )
 
     # memory ---------------------------------------------------------------------------------
-    def _recall(
-        self, world: World, tier: str, subject: str, rel: str
-    ) -> tuple[str, str, tuple[str, ...]]:
-        """The tier's fixed memory of (subject, rel): ("right" | "wrong" | "unknown", the wrong
-        value it holds, the candidates it guesses among)."""
-        key = ("kg", world.world_id, tier, subject, rel)
-        hit = self._memory.get(key)
-        if hit is not None:
-            return hit
+    def _recall(self, world: World, tier: str, subject: str, rel: str) -> Memory:
+        """The tier's fixed memory of (subject, rel); a wrong memory is often a near-miss
+        entity's value."""
+        return self._remember(
+            ("kg", world.world_id, tier, subject, rel),
+            lambda: self._kg_memory(world, tier, subject, rel),
+        )
+
+    def _kg_memory(self, world: World, tier: str, subject: str, rel: str) -> Memory:
         ent = world.entities[subject]
         truth = ent.facts[rel]
         r = random.Random(f"multihop-memory|{world.world_id}|{tier}|{subject}|{rel}")
-        u = r.random()
-        recall = self._tv("recall", tier)[ent.popularity]
-        wrong_p = self._tv("misremember", tier)[ent.popularity]
-        state = "right" if u < recall else "wrong" if u < recall + wrong_p else "unknown"
+        state = self._memory_state(r, tier, ent.popularity)
         pool_type = world.by_type[RELATIONS[rel][1]]
         twins = world.twins.get(subject)
         if twins and r.random() < 0.5:
@@ -275,38 +223,21 @@ class MultihopDomain(SandboxDomain):
         others = [
             x for x in r.sample(pool_type, min(len(pool_type), self.p.guess_pool + 1)) if x != truth
         ]
-        pool = tuple([truth, *others[: self.p.guess_pool - 1]])
-        hit = self._memory[key] = (state, wrong, pool)
-        if len(self._memory) > 500_000:
-            self._memory.clear()
-        return hit
+        return Memory(state, wrong, tuple([truth, *others[: self.p.guess_pool - 1]]))
 
     def _fact_memory(self, st: FactState, tier: str, j: int) -> tuple[str, bool]:
         """Fixed memory of fact ``j`` for ``tier``: state and whether a wrong belief flips the
         conclusion."""
         fid = st.facts[j]
-        key = ("facts", tier, fid)
-        hit = self._memory.get(key)
-        if hit is None:
+
+        def draw() -> tuple[str, bool]:
             r = random.Random(f"multihop-fact-memory|{tier}|{fid}")
-            u = r.random()
-            pop = st.popularity[j]
-            recall = self._tv("recall", tier)[pop]
-            wrong_p = self._tv("misremember", tier)[pop]
-            state = "right" if u < recall else "wrong" if u < recall + wrong_p else "unknown"
-            hit = self._memory[key] = (state, r.random() < self.p.wrong_fact_flips)
-        return hit
+            state = self._memory_state(r, tier, st.popularity[j])
+            return state, r.random() < self.p.wrong_fact_flips
+
+        return self._remember(("facts", tier, fid), draw)
 
     # resolution -------------------------------------------------------------------------------
-    def _misread(self, ctx: Context, tier: str, rng: random.Random) -> bool:
-        """Whether ``tier`` misreads this question's trap phrasing in this execution (drawn once
-        per execution and tier, shared by every sample and node of that tier)."""
-        key = ("multihop-misread", ctx.task.task_id, tier)
-        value = ctx.shared.get(key)
-        if value is None:
-            value = ctx.shared[key] = rng.random() < self._tv("trap_misread", tier)
-        return value
-
     def _decoy(
         self, world: World, etype: str, avoid: str, id_list: Sequence[str], rng: random.Random
     ) -> str:
@@ -366,7 +297,7 @@ class MultihopDomain(SandboxDomain):
                     "distractor",
                 )
             return HopRecord(subject, rel, truth, "doc")
-        state, wrong, pool = self._recall(world, tier, subject, rel)
+        memory = self._recall(world, tier, subject, rel)
         if n_docs and rng.random() < self._pull(tier, n_docs):
             return HopRecord(
                 subject,
@@ -374,11 +305,7 @@ class MultihopDomain(SandboxDomain):
                 self._decoy(world, RELATIONS[rel][1], truth, id_list, rng),
                 "distractor",
             )
-        if state == "right":
-            return HopRecord(subject, rel, truth, "memory")
-        if state == "wrong":
-            return HopRecord(subject, rel, wrong, "memory")
-        return HopRecord(subject, rel, rng.choice(pool), "guess")
+        return HopRecord(subject, rel, *memory.answer(truth, rng))
 
     def _chain(
         self,
@@ -397,11 +324,6 @@ class MultihopDomain(SandboxDomain):
             out.append(rec)
             subject = rec.value
         return out
-
-    @staticmethod
-    def _ids(docs: Sequence[Doc]) -> tuple[frozenset[str], tuple[str, ...]]:
-        id_list = tuple(d.doc_id for d in docs)
-        return frozenset(id_list), id_list
 
     # text -----------------------------------------------------------------------------------
     def _step_text(self, world: World, i: int, rec: HopRecord) -> str:
@@ -431,7 +353,7 @@ class MultihopDomain(SandboxDomain):
             lines.append(self._step_text(world, i, rec))
             conf *= (
                 _CONFIDENCE.get(rec.kind)
-                or _MEMORY_CONFIDENCE[world.entities[rec.subject].popularity]
+                or MEMORY_CONFIDENCE[world.entities[rec.subject].popularity]
             )
         answer = world.entities[records[-1].value].name
         lines.append(f"So the answer is {answer}.\nAnswer: {answer}")
@@ -460,12 +382,7 @@ class MultihopDomain(SandboxDomain):
             return self._fact_critique(ctx, st, attempt, tier, rng, tools=tools)
         det = attempt.detail
         if not isinstance(det, KGDetail):
-            return Attempt(
-                "I cannot check this draft step by step; I keep it.",
-                attempt.answer,
-                attempt.correct_prob,
-                det,
-            )
+            return self._keep(attempt, "I cannot check this draft step by step; I keep it.")
         world = st.world
         ctx_ids, ctx_list = self._ids(ctx.docs)
         reach = ctx_ids | det.seen
@@ -485,10 +402,7 @@ class MultihopDomain(SandboxDomain):
             None,
         )
         if wrong_at is None:
-            p = self.noise.generic.overcorrect.get(tier, 0.05) if tools else 0.0
-            if p and st.gold <= reach:
-                p *= self.p.overcorrect_doc_factor
-            if p and rng.random() < p:
+            if self._overcorrects(tier, rng, tools=tools, anchored=st.gold <= reach):
                 j = rng.randrange(len(records))
                 rec = records[j]
                 bad = self._decoy(world, RELATIONS[rec.rel][1], rec.value, reach_list, rng)
@@ -498,30 +412,17 @@ class MultihopDomain(SandboxDomain):
                     st, j + 1, bad, tier, reach, reach_list, rng, misread
                 )
                 return self._kg_attempt(st, records, det.seen, verb)
-            answer = attempt.answer
-            return Attempt(
-                f"{verb}\nEvery step checks out.\nAnswer: {answer}",
-                answer,
-                min(1.0, attempt.correct_prob + 0.05),
-                det,
+            return self._keep(
+                attempt, f"{verb}\nEvery step checks out.\nAnswer: {attempt.answer}", confirmed=True
             )
         rec = records[wrong_at]
         gold_rel = st.hops[wrong_at][1]
         misread_hop = rec.rel != gold_rel
         in_reach = rec.subject in reach
         if misread_hop:
-            if tools:
-                p = self._tv("trap_fix", tier) if in_reach else self._tv("trap_fix_no_doc", tier)
-            else:
-                p = self._tv("rethink_fix", tier)
-        elif in_reach:
-            p = (
-                self._tv("verify_fix", tier)
-                if tools
-                else (self._tv("rethink_fix", tier) if rec.kind in _DOC_KINDS else 0.0)
-            )
+            p = self._trap_fix(tier, tools=tools, in_reach=in_reach)
         else:
-            p = 0.0
+            p = self._repair(tier, rec.kind, tools=tools, in_reach=in_reach)
         if rng.random() < p:
             truth = st.hops[wrong_at][2]
             records[wrong_at] = HopRecord(
@@ -538,11 +439,9 @@ class MultihopDomain(SandboxDomain):
                 f"{verb}\nStep {wrong_at + 1} was wrong; I correct it and redo the rest.",
             )
         x = world.entities[rec.subject].name
-        return Attempt(
+        return self._keep(
+            attempt,
             f"{verb}\nI looked again at {REL_NEED[rec.rel]} {x} and I still think the steps hold.\nAnswer: {attempt.answer}",
-            attempt.answer,
-            attempt.correct_prob,
-            det,
         )
 
     def retrieve(
@@ -572,9 +471,6 @@ class MultihopDomain(SandboxDomain):
             for d in hits:
                 docs.setdefault(d.doc_id, d)
         return Retrieval(tuple(written), tuple(docs.values()))
-
-    def vote_key(self, ctx: Context, attempt: Attempt) -> Hashable:
-        return None if attempt.answer is None else normalize_answer(attempt.answer)
 
     def quality(self, task: Task, answer: str | None) -> float | None:
         if task.reference is None:
@@ -614,7 +510,7 @@ class MultihopDomain(SandboxDomain):
                 lines.append(
                     f"Fact {j + 1}: I believe that {_distort(text) if det.flips[j] else text}"
                 )
-            conf *= _CONFIDENCE.get(kind) or _MEMORY_CONFIDENCE[st.popularity[j]]
+            conf *= _CONFIDENCE.get(kind) or MEMORY_CONFIDENCE[st.popularity[j]]
         answer = self._fact_answer(st, det.flips, det.misread, det.reason_flip)
         lines.append(
             f"Putting these facts together, the answer is {answer.lower()}.\nAnswer: {answer}"
@@ -670,12 +566,7 @@ class MultihopDomain(SandboxDomain):
     ) -> Attempt:
         det = attempt.detail
         if not isinstance(det, FactDetail):
-            return Attempt(
-                "I cannot check this draft fact by fact; I keep it.",
-                attempt.answer,
-                attempt.correct_prob,
-                det,
-            )
+            return self._keep(attempt, "I cannot check this draft fact by fact; I keep it.")
         ctx_ids, _ = self._ids(ctx.docs)
         reach = ctx_ids | det.seen
         verb = (
@@ -685,30 +576,17 @@ class MultihopDomain(SandboxDomain):
         )
         right, flips, kinds = list(det.right), list(det.flips), list(det.kinds)
         if attempt.answer == st.answer:
-            p = self.noise.generic.overcorrect.get(tier, 0.05) if tools else 0.0
-            if p and set(st.facts) <= reach:
-                p *= self.p.overcorrect_doc_factor
-            if p and rng.random() < p:
+            if self._overcorrects(tier, rng, tools=tools, anchored=set(st.facts) <= reach):
                 j = rng.randrange(len(st.facts))
                 right[j], flips[j], kinds[j] = False, not flips[j], "guess"
                 new = FactDetail(
                     tuple(right), tuple(flips), tuple(kinds), det.misread, det.reason_flip, det.seen
                 )
                 return self._fact_text(st, new, f"{verb}\nOn reflection I doubt fact {j + 1}.")
-            return Attempt(
-                f"{verb}\nEvery fact checks out.\nAnswer: {attempt.answer}",
-                attempt.answer,
-                attempt.correct_prob,
-                det,
-            )
+            return self._keep(attempt, f"{verb}\nEvery fact checks out.\nAnswer: {attempt.answer}")
         # the first thing to repair: a misreading of the question, else the first wrong fact
         if det.misread:
-            in_reach = bool(set(st.facts) & reach)
-            p = (
-                (self._tv("trap_fix", tier) if in_reach else self._tv("trap_fix_no_doc", tier))
-                if tools
-                else self._tv("rethink_fix", tier)
-            )
+            p = self._trap_fix(tier, tools=tools, in_reach=bool(set(st.facts) & reach))
             if rng.random() < p:
                 new = FactDetail(det.right, det.flips, det.kinds, False, det.reason_flip, det.seen)
                 return self._fact_text(
@@ -724,15 +602,7 @@ class MultihopDomain(SandboxDomain):
                         st, new, f"{verb}\nThe facts are right but my conclusion did not follow."
                     )
             else:
-                in_reach = st.facts[j] in reach
-                if in_reach:
-                    p = (
-                        self._tv("verify_fix", tier)
-                        if tools
-                        else (self._tv("rethink_fix", tier) if kinds[j] in _DOC_KINDS else 0.0)
-                    )
-                else:
-                    p = 0.0
+                p = self._repair(tier, kinds[j], tools=tools, in_reach=st.facts[j] in reach)
                 if rng.random() < p:
                     right[j], flips[j], kinds[j] = True, False, "verified"
                     new = FactDetail(
@@ -746,41 +616,22 @@ class MultihopDomain(SandboxDomain):
                     return self._fact_text(
                         st, new, f"{verb}\nFact {j + 1} was wrong; the text says otherwise."
                     )
-        return Attempt(
-            f"{verb}\nI still think my facts hold.\nAnswer: {attempt.answer}",
-            attempt.answer,
-            attempt.correct_prob,
-            det,
+        return self._keep(
+            attempt, f"{verb}\nI still think my facts hold.\nAnswer: {attempt.answer}"
         )
 
     def _fact_retrieve(
         self, ctx: Context, st: FactState, queries: int, top_k: int, rng: random.Random
     ) -> Retrieval:
-        """Query 1 is the question; each later query adds to the question the new terms of the
-        best document the previous query found (pseudo-relevance feedback), so a later hop
-        depends on what the earlier one found."""
-        written: list[str] = []
-        docs: dict[str, Doc] = {}
-        query = ctx.task.question
-        for _ in range(queries):
-            hits = st.index.search(query, top_k)
-            written.append(query)
-            new = [d for d in hits if d.doc_id not in docs]
-            for d in hits:
-                docs.setdefault(d.doc_id, d)
-            follow = None
-            for d in new:
-                extra = [t for t in dict.fromkeys(tokenize(d.text)) if t not in st.question_terms][
-                    :4
-                ]
-                candidate = f"{ctx.task.question} {' '.join(extra)}"
-                if extra and candidate not in written:
-                    follow = candidate
-                    break
-            if follow is None:
-                break
-            query = follow
-        return Retrieval(tuple(written), tuple(docs.values()))
+        """Pseudo-relevance feedback from the question over the fact sentences."""
+        return feedback_retrieve(
+            ctx.task.question,
+            st.index,
+            st.question_terms,
+            queries=queries,
+            top_k=top_k,
+            text_of=lambda d: d.text,
+        )
 
 
 __all__ = ["MultihopDomain", "em_quality", "f1_quality"]

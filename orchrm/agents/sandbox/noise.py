@@ -252,57 +252,45 @@ class CodeNoise(_Frozen):
     memory_mb: int = Field(512, ge=64)
 
 
-class MultihopNoise(_Frozen):
-    """multihop (knowledge graph / StrategyQA). See orchrm/agents/sandbox/multihop.py.
+class QaNoise(_Frozen):
+    """What the question-answering domains share (:class:`MultihopNoise`, :class:`WebqaNoise`;
+    the simulator is ``orchrm/agents/sandbox/qa.py``).
 
-    A reasoner resolves the question hop by hop (one fact per hop: a relation of the entity
-    resolved so far). A hop is read from the entity's document when it is in context, else
-    recalled from the tier's memory. Tables are keyed by tier, then (for memory) by the
-    popularity of the hop's subject (``famous`` | ``known`` | ``obscure``); a tier missing from
-    a table borrows the value of the listed tier with the closest ``TierConfig.skill``.
+    A reader answers each fact from its document when that is in context, else from the tier's
+    memory. Tables are keyed by tier, then (for memory) by the fact's popularity (``famous`` |
+    ``known`` | ``obscure``); a tier missing from a table borrows the value of the listed tier
+    with the closest ``TierConfig.skill``. ``extract_error``, ``distractor_pull`` and
+    ``trap_misread`` have no shared default: each domain sets its own.
 
     Memory — a FIXED property of (tier, fact), drawn by hashing, so every sample of a tier
     remembers the same way (voting cannot repair it; retrieval or a larger tier can):
 
     - ``recall``: chance the tier holds the right value. Popular facts are seen often in
       pre-training text, so they are recalled far more often than obscure ones.
-    - ``misremember``: chance it holds a wrong value confidently (often a similar entity's).
-      The remainder ``1 - recall - misremember`` is "does not know": each sample guesses among
+    - ``misremember``: chance it holds a wrong value confidently. The remainder
+      ``1 - recall - misremember`` is "does not know": each sample guesses among
       ``guess_pool`` plausible candidates (one of them right), independently.
 
-    Reading documents (per hop, independent across samples):
+    Reading (per sample):
 
-    - ``extract_error``: misreading the right document (a wrong entity it names).
-    - ``near_miss_pull``: with a near-miss entity's document in context (a similar name,
-      different facts), the chance to take its value instead (doubled when the right
-      document is missing: nothing to compare with).
+    - ``extract_error``: misreading the right document (a wrong value it states).
     - ``distractor_pull``: per other document in context, the chance to be swayed by it
-      (lost-in-the-middle); it also applies to hops answered from memory when documents are
+      (lost-in-the-middle); it also applies to facts answered from memory when documents are
       in context, which is how retrieval hurts questions the tier already knows.
 
-    Traps (relations phrased "before it relocated", "before the current one"; StrategyQA's
-    quantifiers and negations):
+    Traps and critique:
 
-    - ``trap_misread``: per plan execution and tier, the chance the tier misreads the phrasing
-      and answers the salient sibling fact (the current headquarters) — every sample and every
-      node of that tier in the execution shares it.
-    - ``trap_fix``: a Reflexion critique (with tools) notices the misreading when the entity's
+    - ``trap_misread``: per plan execution and tier, the chance the tier misreads a trap
+      phrasing and answers the salient sibling fact — every sample and every node of that tier
+      in the execution shares it.
+    - ``trap_fix``: a Reflexion critique (with tools) notices the misreading when the right
       document is in reach; ``trap_fix_no_doc`` when it only has the question to re-read.
-
-    Critique:
-
-    - ``verify_fix``: Reflexion re-reads the documents and repairs a hop that it can check (the
-      entity's document is in reach); missing knowledge without documents stays missing.
-    - ``rethink_fix``: a debater re-thinking without tools repairs a document-reading error or a
-      misreading.
-    - ``overcorrect_doc_factor``: multiplies ``generic.overcorrect`` when every document of the
-      chain is in reach (a re-read document anchors the answer).
-
-    StrategyQA (yes/no from facts):
-
-    - ``reason_error``: combining right facts into the wrong yes/no.
-    - ``wrong_fact_flips``: chance that a wrongly held fact flips the conclusion (a wrong fact
-      does not always matter).
+    - ``verify_fix``: Reflexion re-reads the documents and repairs a wrong answer it can check
+      (the right document is in reach); missing knowledge without documents stays missing.
+    - ``rethink_fix``: a debater re-thinking without tools repairs a document-reading error or
+      a misreading.
+    - ``overcorrect_doc_factor``: multiplies ``generic.overcorrect`` when the documents the
+      answer rests on are in reach (a re-read document anchors the answer).
     """
 
     recall: dict[str, dict[str, float]] = Field(
@@ -318,17 +306,14 @@ class MultihopNoise(_Frozen):
         }
     )
     guess_pool: int = Field(4, ge=1)
-    extract_error: dict[str, float] = Field(default_factory=lambda: {"small": 0.06, "large": 0.02})
-    near_miss_pull: dict[str, float] = Field(default_factory=lambda: {"small": 0.30, "large": 0.12})
-    distractor_pull: dict[str, float] = Field(default_factory=lambda: {"small": 0.008, "large": 0.003})
-    trap_misread: dict[str, float] = Field(default_factory=lambda: {"small": 0.80, "large": 0.35})
+    extract_error: dict[str, float]
+    distractor_pull: dict[str, float]
+    trap_misread: dict[str, float]
     trap_fix: dict[str, float] = Field(default_factory=lambda: {"small": 0.35, "large": 0.65})
     trap_fix_no_doc: dict[str, float] = Field(default_factory=lambda: {"small": 0.12, "large": 0.3})
     verify_fix: dict[str, float] = Field(default_factory=lambda: {"small": 0.6, "large": 0.85})
     rethink_fix: dict[str, float] = Field(default_factory=lambda: {"small": 0.15, "large": 0.3})
     overcorrect_doc_factor: float = Field(0.5, ge=0.0, le=1.0)
-    reason_error: dict[str, float] = Field(default_factory=lambda: {"small": 0.12, "large": 0.05})
-    wrong_fact_flips: float = Field(0.7, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _memory_tables_are_distributions(self):
@@ -342,17 +327,57 @@ class MultihopNoise(_Frozen):
         return self
 
 
-class WebqaNoise(_Frozen):
+class MultihopNoise(QaNoise):
+    """multihop (knowledge graph / StrategyQA). See orchrm/agents/sandbox/multihop.py.
+
+    A reasoner resolves the question hop by hop (one fact per hop: a relation of the entity
+    resolved so far). A hop is read from the entity's document when it is in context, else
+    recalled from the tier's memory; memory tables are keyed by the popularity of the hop's
+    subject. Shared with webqa and described in :class:`QaNoise`: ``recall``,
+    ``misremember`` (a wrong memory is often a similar entity's value), ``guess_pool``,
+    ``distractor_pull``, ``trap_fix``, ``trap_fix_no_doc``, ``rethink_fix``. Here:
+
+    Reading documents (per hop, independent across samples):
+
+    - ``extract_error``: misreading the right document (a wrong entity it names).
+    - ``near_miss_pull``: with a near-miss entity's document in context (a similar name,
+      different facts), the chance to take its value instead (doubled when the right
+      document is missing: nothing to compare with).
+    - ``distractor_pull``: as in :class:`QaNoise`, per hop.
+
+    Traps (relations phrased "before it relocated", "before the current one"; StrategyQA's
+    quantifiers and negations):
+
+    - ``trap_misread``: the chance to misread the phrasing and answer the salient sibling fact
+      (the current headquarters), shared by the execution as in :class:`QaNoise`.
+
+    Critique:
+
+    - ``verify_fix``: Reflexion repairs a hop whose entity's document is in reach.
+    - ``overcorrect_doc_factor``: applies when every document of the chain is in reach.
+
+    StrategyQA (yes/no from facts):
+
+    - ``reason_error``: combining right facts into the wrong yes/no.
+    - ``wrong_fact_flips``: chance that a wrongly held fact flips the conclusion (a wrong fact
+      does not always matter).
+    """
+
+    extract_error: dict[str, float] = Field(default_factory=lambda: {"small": 0.06, "large": 0.02})
+    near_miss_pull: dict[str, float] = Field(default_factory=lambda: {"small": 0.30, "large": 0.12})
+    distractor_pull: dict[str, float] = Field(default_factory=lambda: {"small": 0.008, "large": 0.003})
+    trap_misread: dict[str, float] = Field(default_factory=lambda: {"small": 0.80, "large": 0.35})
+    reason_error: dict[str, float] = Field(default_factory=lambda: {"small": 0.12, "large": 0.05})
+    wrong_fact_flips: float = Field(0.7, ge=0.0, le=1.0)
+
+
+class WebqaNoise(QaNoise):
     """webqa (built-in corpus / SQuAD). See orchrm/agents/sandbox/webqa.py.
 
-    A reader answers one fact: from the gold page when it is in context, else from memory.
-    Tables are keyed by tier (and by the fact's popularity for memory); a tier missing from a
-    table borrows the listed tier with the closest ``TierConfig.skill``.
-
-    Memory (a FIXED property of (tier, fact), by hashing — shared by every sample):
-
-    - ``recall`` / ``misremember``: chance the tier holds the right / a wrong value; the rest it
-      does not know and guesses among ``guess_pool`` candidates per sample.
+    A reader answers one fact: from the gold page when it is in context, else from memory
+    (keyed by the fact's popularity). Shared with multihop and described in
+    :class:`QaNoise`: ``recall``, ``misremember``, ``guess_pool``, ``distractor_pull``,
+    ``trap_fix``, ``trap_fix_no_doc``, ``rethink_fix``. Here:
 
     Reading (per sample):
 
@@ -369,37 +394,18 @@ class WebqaNoise(_Frozen):
       the gold page in context the reader has nothing to compare with and the pull doubles.
       SQuAD's look-alikes are the other paragraphs of the article: they share the topic, not
       the fact, so their pull is multiplied by ``passage_factor``.
-    - ``distractor_pull``: per other page in context, the chance to be swayed by it; it also
-      applies when answering from memory with pages in context (retrieval can hurt a fact the
-      tier knew).
+    - ``distractor_pull``: as in :class:`QaNoise`, per other page.
 
     Traps ("before the current one", negations, first/last) and critique:
 
-    - ``trap_misread``: per execution and tier, the chance to misread the phrasing and answer
-      the salient neighbouring fact (the current CEO), consistently.
-    - ``trap_fix`` / ``trap_fix_no_doc``: Reflexion (tools) notices the misreading with / without
-      the gold page in reach.
+    - ``trap_misread``: the chance to misread the phrasing and answer the salient
+      neighbouring fact (the current CEO), consistently, as in :class:`QaNoise`.
     - ``verify_fix``: Reflexion re-reads the gold page and repairs a wrong answer; for an answer
       taken from a look-alike page on a vague question it is multiplied by ``vague_fix_factor``
       (the question does not say which page is meant).
-    - ``rethink_fix``: a debater, without tools, repairs a reading error or a misreading.
-    - ``overcorrect_doc_factor``: multiplies ``generic.overcorrect`` when the gold page is in
-      reach.
+    - ``overcorrect_doc_factor``: applies when the gold page is in reach.
     """
 
-    recall: dict[str, dict[str, float]] = Field(
-        default_factory=lambda: {
-            "small": {"famous": 0.85, "known": 0.45, "obscure": 0.08},
-            "large": {"famous": 0.96, "known": 0.75, "obscure": 0.25},
-        }
-    )
-    misremember: dict[str, dict[str, float]] = Field(
-        default_factory=lambda: {
-            "small": {"famous": 0.08, "known": 0.25, "obscure": 0.30},
-            "large": {"famous": 0.02, "known": 0.12, "obscure": 0.25},
-        }
-    )
-    guess_pool: int = Field(4, ge=1)
     extract_error: dict[str, float] = Field(default_factory=lambda: {"small": 0.08, "large": 0.03})
     span_boundary: dict[str, float] = Field(default_factory=lambda: {"small": 0.15, "large": 0.06})
     lookalike_pull: dict[str, float] = Field(default_factory=lambda: {"small": 0.30, "large": 0.12})
@@ -407,23 +413,7 @@ class WebqaNoise(_Frozen):
     passage_factor: float = Field(0.1, ge=0.0, le=1.0)
     distractor_pull: dict[str, float] = Field(default_factory=lambda: {"small": 0.01, "large": 0.004})
     trap_misread: dict[str, float] = Field(default_factory=lambda: {"small": 0.75, "large": 0.3})
-    trap_fix: dict[str, float] = Field(default_factory=lambda: {"small": 0.35, "large": 0.65})
-    trap_fix_no_doc: dict[str, float] = Field(default_factory=lambda: {"small": 0.12, "large": 0.3})
-    verify_fix: dict[str, float] = Field(default_factory=lambda: {"small": 0.6, "large": 0.85})
     vague_fix_factor: float = Field(0.5, ge=0.0, le=1.0)
-    rethink_fix: dict[str, float] = Field(default_factory=lambda: {"small": 0.15, "large": 0.3})
-    overcorrect_doc_factor: float = Field(0.5, ge=0.0, le=1.0)
-
-    @model_validator(mode="after")
-    def _memory_tables_are_distributions(self):
-        for tier, recall in self.recall.items():
-            wrong = self.misremember.get(tier)
-            if wrong is None or set(recall) != set(wrong) or set(recall) != {"famous", "known", "obscure"}:
-                raise ValueError(f"{self.__class__.__name__}: recall and misremember need famous/known/obscure values for tier {tier!r}")
-            for pop, p in recall.items():
-                if min(p, wrong[pop]) < 0.0 or p + wrong[pop] > 1.0:
-                    raise ValueError(f"{self.__class__.__name__}: recall + misremember must lie in [0, 1] (tier {tier!r}, {pop})")
-        return self
 
 
 class NoiseConfig(_Frozen):

@@ -26,14 +26,22 @@ Quality: SQuAD token F1 against every valid answer (:func:`f1_quality`; exact ma
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval, SandboxDomain
-from orchrm.agents.sandbox.noise import NoiseConfig
+from orchrm.agents.sandbox.domain import Attempt, Context, Retrieval
+from orchrm.agents.sandbox.noise import NoiseConfig, WebqaNoise
+from orchrm.agents.sandbox.qa import (
+    MEMORY_CONFIDENCE,
+    Memory,
+    QaDomain,
+    em_quality,
+    f1_quality,
+    feedback_retrieve,
+)
 from orchrm.agents.sandbox.retrieval import BM25Index, cached_index, tokenize
-from orchrm.quality import exact_match, normalize_answer, token_f1
+from orchrm.quality import normalize_answer
 from orchrm.tasks.base import Task
 from orchrm.tasks.webqa import TRAP_SIBLING, build_corpus, squad_corpus, squad_file
 
@@ -64,27 +72,6 @@ _CONFIDENCE = {
     "guess": 0.3,
     "doubt": 0.6,
 }
-_MEMORY_CONFIDENCE = {"famous": 0.85, "known": 0.65, "obscure": 0.5}
-
-
-def f1_quality(prediction: str | None, answers: str | Sequence[str] | None) -> float:
-    """The webqa quality: best SQuAD token F1 over the valid answers.
-
-    >>> f1_quality("Denver Broncos", ["the Denver Broncos", "Broncos"])
-    1.0
-    >>> round(f1_quality("Port Ellis", "Port Ellison"), 2)
-    0.5
-    """
-    if answers is None:
-        return 0.0
-    return token_f1(prediction, answers if isinstance(answers, str) else list(answers))
-
-
-def em_quality(prediction: str | None, answers: str | Sequence[str] | None) -> float:
-    """Normalised exact match against any valid answer (1.0 / 0.0)."""
-    if answers is None:
-        return 0.0
-    return exact_match(prediction, answers if isinstance(answers, str) else list(answers))
 
 
 @dataclass(frozen=True)
@@ -137,46 +124,16 @@ def _boundary(answer: str, context: str, rng: random.Random) -> str:
     return answer
 
 
-class WebqaDomain(SandboxDomain):
+class WebqaDomain(QaDomain):
     """webqa: the built-in web corpus (``kind == "builtin"``) and SQuAD (``kind == "squad"``).
     Noise parameters: :class:`~orchrm.agents.sandbox.noise.WebqaNoise`."""
 
     name = "webqa"
+    doc_kinds = _DOC_KINDS
+    p: WebqaNoise
 
     def __init__(self, noise: NoiseConfig) -> None:
-        super().__init__(noise)
-        self.p = noise.webqa
-        self._memory: dict[tuple, tuple] = {}
-        self._pow: dict[tuple[str, int], float] = {}
-        self._tier_cache: dict[tuple[str, str], object] = {}
-
-    def _tv(self, field: str, tier: str):
-        key = (field, tier)
-        v = self._tier_cache.get(key)
-        if v is None:
-            table = getattr(self.p, field)
-            if tier in table:
-                v = table[tier]
-            else:
-                skill = self.noise.tiers[tier].skill if tier in self.noise.tiers else 1.0
-                near = min(
-                    table,
-                    key=lambda t: (
-                        abs(self.noise.tiers[t].skill - skill) if t in self.noise.tiers else 9.0
-                    ),
-                )
-                v = table[near]
-            self._tier_cache[key] = v
-        return v
-
-    def _pull(self, tier: str, n_other: int) -> float:
-        if n_other <= 0:
-            return 0.0
-        key = (tier, n_other)
-        p = self._pow.get(key)
-        if p is None:
-            p = self._pow[key] = 1.0 - (1.0 - self._tv("distractor_pull", tier)) ** n_other
-        return p
+        super().__init__(noise, noise.webqa)
 
     # prepare ----------------------------------------------------------------------------------
     def prepare(self, task: Task) -> WebqaState:
@@ -299,29 +256,19 @@ class WebqaDomain(SandboxDomain):
         )
 
     # memory -----------------------------------------------------------------------------------
-    def _recall(self, st: WebqaState, tier: str) -> tuple[str, str, tuple[str, ...]]:
-        key = (tier, st.memory_key)
-        hit = self._memory.get(key)
-        if hit is None:
+    def _recall(self, st: WebqaState, tier: str) -> Memory:
+        """The tier's fixed memory of the asked fact; a wrong memory is a plausible wrong
+        answer or a look-alike page's value."""
+
+        def draw() -> Memory:
             r = random.Random(f"webqa-memory|{tier}|{st.memory_key}")
-            u = r.random()
-            recall = self._tv("recall", tier)[st.popularity]
-            wrong_p = self._tv("misremember", tier)[st.popularity]
-            state = "right" if u < recall else "wrong" if u < recall + wrong_p else "unknown"
+            state = self._memory_state(r, tier, st.popularity)
             wrong_from = list(st.wrong_pool) + [v for vs in st.lookalikes.values() for v in vs]
             wrong = r.choice(wrong_from) if wrong_from else st.misread_value
             others = r.sample(st.wrong_pool, min(len(st.wrong_pool), self.p.guess_pool - 1))
-            hit = self._memory[key] = (state, wrong, (st.answers[0], *others))
-            if len(self._memory) > 500_000:
-                self._memory.clear()
-        return hit
+            return Memory(state, wrong, (st.answers[0], *others))
 
-    def _misread(self, ctx: Context, tier: str, rng: random.Random) -> bool:
-        key = ("webqa-misread", ctx.task.task_id, tier)
-        value = ctx.shared.get(key)
-        if value is None:
-            value = ctx.shared[key] = rng.random() < self._tv("trap_misread", tier)
-        return value
+        return self._remember((tier, st.memory_key), draw)
 
     # reading ----------------------------------------------------------------------------------
     def _read(
@@ -368,14 +315,10 @@ class WebqaDomain(SandboxDomain):
             ):
                 return _boundary(st.answers[0], st.context, rng), "boundary", st.gold
             return st.answers[0], "doc", st.gold
-        state, wrong, pool = self._recall(st, tier)
+        memory = self._recall(st, tier)
         if n and rng.random() < self._pull(tier, n):
             return self._distract(st, id_list, rng)
-        if state == "right":
-            return st.answers[0], "memory", None
-        if state == "wrong":
-            return wrong, "memory", None
-        return rng.choice(pool), "guess", None
+        return *memory.answer(st.answers[0], rng), None
 
     def _distract(
         self, st: WebqaState, id_list: Sequence[str], rng: random.Random
@@ -410,7 +353,7 @@ class WebqaDomain(SandboxDomain):
         seen: frozenset[str],
         header: str,
     ) -> Attempt:
-        conf = _CONFIDENCE.get(kind) or _MEMORY_CONFIDENCE.get(st.popularity, 0.5)
+        conf = _CONFIDENCE.get(kind) or MEMORY_CONFIDENCE.get(st.popularity, 0.5)
         return Attempt(
             self._text(st, answer, kind, source, header),
             answer,
@@ -421,8 +364,7 @@ class WebqaDomain(SandboxDomain):
     # SandboxDomain ------------------------------------------------------------------------------
     def attempt(self, ctx: Context, tier: str, rng: random.Random) -> Attempt:
         st: WebqaState = ctx.state
-        id_list = tuple(d.doc_id for d in ctx.docs)
-        ids = frozenset(id_list)
+        ids, id_list = self._ids(ctx.docs)
         misread = st.trap and self._misread(ctx, tier, rng)
         answer, kind, source = self._read(st, tier, ids, id_list, rng, misread, ctx.shared)
         header = (
@@ -438,13 +380,8 @@ class WebqaDomain(SandboxDomain):
         st: WebqaState = ctx.state
         det = attempt.detail
         if not isinstance(det, ReadDetail):
-            return Attempt(
-                "I cannot check this draft against the pages; I keep it.",
-                attempt.answer,
-                attempt.correct_prob,
-                det,
-            )
-        ctx_ids = frozenset(d.doc_id for d in ctx.docs)
+            return self._keep(attempt, "I cannot check this draft against the pages; I keep it.")
+        ctx_ids, _ = self._ids(ctx.docs)
         reach = ctx_ids | det.seen
         verb = (
             "Reflection: I re-read the pages for the asked fact."
@@ -453,36 +390,30 @@ class WebqaDomain(SandboxDomain):
         )
         in_reach = st.gold in reach
         if normalize_answer(attempt.answer) in st.answer_keys:
-            p = self.noise.generic.overcorrect.get(tier, 0.05) if tools else 0.0
-            if p and in_reach:
-                p *= self.p.overcorrect_doc_factor
-            if p and rng.random() < p:
+            if self._overcorrects(tier, rng, tools=tools, anchored=in_reach):
                 options = (
                     [v for vs in st.lookalikes.values() for v in vs]
                     or list(st.same_page_wrong)
                     or list(st.wrong_pool)
                 )
                 return self._attempt(st, rng.choice(options), "doubt", det.source, det.seen, verb)
-            return Attempt(
+            return self._keep(
+                attempt,
                 f"{verb}\nThe answer is supported.\nAnswer: {attempt.answer}",
-                attempt.answer,
-                min(1.0, attempt.correct_prob + 0.05),
-                det,
+                confirmed=True,
             )
         if det.kind == "misread":
-            if tools:
-                p = self._tv("trap_fix", tier) if in_reach else self._tv("trap_fix_no_doc", tier)
-            else:
-                p = self._tv("rethink_fix", tier)
-        elif in_reach:
-            if tools:
-                p = self._tv("verify_fix", tier) * (
-                    self.p.vague_fix_factor if det.kind == "lookalike" and st.ambiguous else 1.0
-                )
-            else:
-                p = self._tv("rethink_fix", tier) if det.kind in _DOC_KINDS else 0.0
+            p = self._trap_fix(tier, tools=tools, in_reach=in_reach)
         else:
-            p = 0.0
+            # a look-alike taken on a vague question: the question does not say which page
+            vague = det.kind == "lookalike" and st.ambiguous
+            p = self._repair(
+                tier,
+                det.kind,
+                tools=tools,
+                in_reach=in_reach,
+                verify_factor=self.p.vague_fix_factor if vague else 1.0,
+            )
         if rng.random() < p:
             return self._attempt(
                 st,
@@ -492,11 +423,8 @@ class WebqaDomain(SandboxDomain):
                 det.seen,
                 f"{verb}\nMy first answer was wrong.",
             )
-        return Attempt(
-            f"{verb}\nI still think the answer holds.\nAnswer: {attempt.answer}",
-            attempt.answer,
-            attempt.correct_prob,
-            det,
+        return self._keep(
+            attempt, f"{verb}\nI still think the answer holds.\nAnswer: {attempt.answer}"
         )
 
     def retrieve(
@@ -505,33 +433,14 @@ class WebqaDomain(SandboxDomain):
         """Query 1 is the question; each later query adds the new terms of the best page the
         previous query found (pseudo-relevance feedback)."""
         st: WebqaState = ctx.state
-        written: list[str] = []
-        docs: dict[str, Doc] = {}
-        query = ctx.task.question
-        for _ in range(queries):
-            hits = st.index.search(query, top_k)
-            written.append(query)
-            new = [d for d in hits if d.doc_id not in docs]
-            for d in hits:
-                docs.setdefault(d.doc_id, d)
-            follow = None
-            for d in new:
-                extra = [
-                    t
-                    for t in dict.fromkeys(tokenize(f"{d.title} {d.text}"))
-                    if t not in st.question_terms
-                ][:4]
-                candidate = f"{ctx.task.question} {' '.join(extra)}"
-                if extra and candidate not in written:
-                    follow = candidate
-                    break
-            if follow is None:
-                break
-            query = follow
-        return Retrieval(tuple(written), tuple(docs.values()))
-
-    def vote_key(self, ctx: Context, attempt: Attempt) -> Hashable:
-        return None if attempt.answer is None else normalize_answer(attempt.answer)
+        return feedback_retrieve(
+            ctx.task.question,
+            st.index,
+            st.question_terms,
+            queries=queries,
+            top_k=top_k,
+            text_of=lambda d: f"{d.title} {d.text}",
+        )
 
     def quality(self, task: Task, answer: str | None) -> float | None:
         if task.reference is None:
