@@ -1,5 +1,6 @@
 """`orchrm collect` end to end on the sandbox: the artifact table and its invariants."""
 
+import os
 import subprocess
 import sys
 
@@ -81,3 +82,20 @@ def test_acceptance_size_collection(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     check_artifact_table(read_table(out), tasks_per_domain=50, plans=8)
+
+
+def test_collection_does_not_depend_on_the_hash_seed(tmp_path):
+    """Worker processes start with random hash seeds: nothing in a table may depend on it
+    (set iteration order, memory addresses in reprs of returned objects)."""
+    script = (
+        "import sys; from orchrm.collect import collect; "
+        "collect(domains=['code', 'multihop', 'webqa'], tasks_per_domain=12, plans_per_task=8, seed=3, workers=1, progress=False)"
+        ".drop(columns='created_at').to_parquet(sys.argv[1])"
+    )
+    frames = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"h{hash_seed}.parquet"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, timeout=600)
+        frames.append(pd.read_parquet(out))
+    pd.testing.assert_frame_equal(frames[0], frames[1])

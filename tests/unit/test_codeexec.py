@@ -165,3 +165,10 @@ def test_executor_restarts_after_its_worker_dies(ex):
     ex._proc.wait()
     res = ex.run("x = 2", [Check("x", kind="eval")])
     assert res.status == "ok" and res.results[0].output == "2"
+
+
+def test_object_reprs_carry_no_memory_address(ex):
+    """Outputs are compared across samples and written into artifacts: they must not change with
+    the process's memory layout."""
+    res = ex.run("def f(xs):\n    return reversed(xs)\n", [Check("f([1, 2])", kind="eval")])
+    assert res.results[0].output == "<list_reverseiterator object>"

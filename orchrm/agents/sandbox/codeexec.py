@@ -53,6 +53,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import select
 import signal
 import struct
@@ -448,8 +449,13 @@ def _install_audit_hook(workdir: str, violations: list[str]) -> None:
     sys.addaudithook(hook)
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _short_repr(value: object) -> str:
-    text = repr(value)
+    # object reprs carry memory addresses (`<generator object f at 0x7f...>`); drop them so the
+    # same program gives the same text in every run and process (votes and artifacts are stable)
+    text = _ADDRESS.sub("", repr(value))
     return text if len(text) <= _OUTPUT_CHARS else text[: _OUTPUT_CHARS - 3] + "..."
 
 

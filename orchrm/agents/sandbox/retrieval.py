@@ -87,11 +87,20 @@ class BM25Index:
         return len(self.docs)
 
     def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every document for ``query`` (float32, in document order)."""
-        ids = sorted({self._vocab[t] for t in tokenize(query) if t in self._vocab})
-        if not ids or not self.docs:
-            return np.zeros(len(self.docs), dtype=np.float32)
-        return self._bm25.get_scores_from_ids(ids)
+        """BM25 score of every document for ``query`` (float64, in document order).
+
+        Term scores are added one term at a time in the order of the terms' text, in float64:
+        bm25s numbers its vocabulary in set order (which varies with Python's hash seed from one
+        process to the next), and a float32 sum in that order could swap near-tied documents
+        between worker processes.
+        """
+        terms = sorted({t for t in tokenize(query) if t in self._vocab})
+        total = np.zeros(len(self.docs), dtype=np.float64)
+        if not self.docs:
+            return total
+        for t in terms:
+            total += self._bm25.get_scores_from_ids([self._vocab[t]])
+        return total
 
     def search_scored(self, query: str, top_k: int) -> list[tuple[Doc, float]]:
         """Like :meth:`search`, with each document's BM25 score."""
