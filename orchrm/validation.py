@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,10 +59,15 @@ _GX_LOCK = threading.Lock()  # GX is not thread-safe (GX#12209): one validation 
 # where the suites live --------------------------------------------------------------------------
 def expectations_dir() -> Path:
     """The folder holding the suites: ``$ORCHRM_EXPECTATIONS_DIR``, else ``expectations/`` beside
-    the ``orchrm`` package (a source checkout), else ``./expectations``."""
+    the ``orchrm`` package (a source checkout), else ``<prefix>/share/orchrm/expectations`` (a
+    wheel install), else ``./expectations``."""
     env = os.environ.get("ORCHRM_EXPECTATIONS_DIR")
     candidates = [Path(env)] if env else []
-    candidates += [Path(__file__).resolve().parents[1] / "expectations", Path.cwd() / "expectations"]
+    candidates += [
+        Path(__file__).resolve().parents[1] / "expectations",
+        Path(sys.prefix) / "share" / "orchrm" / "expectations",
+        Path.cwd() / "expectations",
+    ]
     for c in candidates:
         if (c / SUITE_FILES["pairs"]).exists():
             return c
