@@ -1,0 +1,196 @@
+"""Held-out plan-level pairwise accuracy per domain and encoder, on the sandbox (issue 4).
+
+Collects ``--tasks`` tasks per domain with 8 candidate plans each (``orchrm.collect.collect``),
+builds pairs (``orchrm.pairs.build_pairs``: plan and node pairs, splits by task), trains a reward
+model per encoder on the ``train`` split (early stopping on ``val``), and reports the pairwise
+accuracy on the **test tasks** (never seen in training), per domain, for plan-level pairs (the
+figure of interest) and node-level pairs, with the number of pairs and tasks behind each figure
+and a bootstrap 95% interval over test tasks. For context it also reports two baselines that need
+no learning: *length* (the longer plan text wins) and *cost* (the plan with more agent calls and
+the large tier wins) -- what a "more compute is better" rule scores on the same pairs.
+
+Run niced on a shared machine (collection is cached under ``.orchrm/bench``)::
+
+    nice python benchmarks/bench_accuracy.py                      # writes results/accuracy.{json,md}
+    nice python benchmarks/bench_accuracy.py --encoders scratch,scratch-joint,minilm-frozen
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+CACHE = Path(".orchrm") / "bench"
+
+#: encoder name -> (BradleyTerryModel keyword arguments, Trainer keyword arguments)
+ENCODERS: dict[str, tuple[dict, dict]] = {
+    "scratch": ({}, {"lr": 3e-4}),
+    "scratch-joint": ({"architecture": "joint"}, {"lr": 3e-4}),
+    "minilm-frozen": ({"encoder": "minilm", "train_layers": 0, "dropout": 0.0}, {"lr": 1e-3}),
+    "minilm-top2": ({"encoder": "minilm", "train_layers": 2, "dropout": 0.0, "max_length": 160}, {"lr": 1e-4}),
+}
+
+
+def sandbox_pairs(tasks_per_domain: int, plans: int = 8, seed: int = 0, *, cache: Path = CACHE) -> pd.DataFrame:
+    """The pair table of a sandbox collection (cached by its arguments)."""
+    from orchrm.collect import collect
+    from orchrm.pairs import build_pairs
+    from orchrm.traces import read_table, write_table
+
+    path = cache / f"pairs-t{tasks_per_domain}-p{plans}-s{seed}.parquet"
+    if path.exists():
+        return read_table(path)
+    t0 = time.perf_counter()
+    artifacts = collect(tasks_per_domain=tasks_per_domain, plans_per_task=plans, seed=seed, progress=False)
+    pairs = build_pairs(artifacts)
+    print(f"collected {len(artifacts)} artifacts -> {len(pairs)} pairs in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    write_table(pairs, path)
+    return pairs
+
+
+def _calls(plan: str) -> float:
+    """Agent calls a plan makes, with the large tier counted 3x: the 'cost' baseline."""
+    total = 0.0
+    for node in re.findall(r"<agent [^>]*/>", plan):
+        n = 1
+        for key in ("k", "agents"):
+            m = re.search(rf'\b{key}="(\d+)"', node)
+            if m:
+                n *= int(m.group(1))
+        m = re.search(r'\brounds="(\d+)"', node)
+        n *= 1 + int(m.group(1)) if m else 1
+        m = re.search(r'\biterations="(\d+)"', node)
+        n *= 1 + int(m.group(1)) if m else 1
+        total += n * (3 if 'model="large"' in node else 1)
+    return total
+
+
+def _bootstrap(correct: np.ndarray, tasks: np.ndarray, *, seed: int = 0, n: int = 1000) -> tuple[float, float]:
+    """95% interval of the mean of ``correct``, resampling whole tasks (pairs of a task are correlated)."""
+    codes, uniq = pd.factorize(tasks)
+    per_task_sum = np.bincount(codes, weights=correct.astype(float))
+    per_task_n = np.bincount(codes)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(uniq), size=(n, len(uniq)))
+    means = per_task_sum[draws].sum(1) / per_task_n[draws].sum(1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def accuracy_table(test: pd.DataFrame, correct: np.ndarray, method: str) -> list[dict]:
+    rows = []
+    for (granularity, domain), idx in test.groupby(["granularity", "domain"]).groups.items():
+        c = correct[test.index.get_indexer(idx)]
+        lo, hi = _bootstrap(c, test.loc[idx, "task_id"].to_numpy())
+        rows.append({"method": method, "granularity": granularity, "domain": domain, "accuracy": float(c.mean()),
+                     "ci95": [lo, hi], "pairs": int(len(c)), "tasks": int(test.loc[idx, "task_id"].nunique())})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=150, help="tasks per domain (default 150)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--encoders", default="scratch,scratch-joint,minilm-frozen", help=f"any of {','.join(ENCODERS)}")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from orchrm import BradleyTerryModel, Trainer
+
+    pairs = sandbox_pairs(args.tasks, 8, args.seed)
+    test = pairs[pairs["split"] == "test"].reset_index(drop=True)
+    print(f"{len(pairs)} pairs; splits {pairs['split'].value_counts().to_dict()}", file=sys.stderr)
+
+    rows = []
+    longer = test["chosen"].str.len() > test["rejected"].str.len()
+    ties = test["chosen"].str.len() == test["rejected"].str.len()
+    rows += accuracy_table(test, np.where(ties, 0.5, longer.astype(float)), "baseline: longer plan wins")
+    cost_c, cost_r = test["chosen"].map(_calls), test["rejected"].map(_calls)
+    rows += accuracy_table(test, np.where(cost_c == cost_r, 0.5, (cost_c > cost_r).astype(float)), "baseline: costlier plan wins")
+
+    runs = []
+    for name in args.encoders.split(","):
+        model_kwargs, train_kwargs = ENCODERS[name]
+        torch.manual_seed(args.seed)
+        model = BradleyTerryModel(**model_kwargs)
+        t0 = time.perf_counter()
+        result = Trainer(model=model, batch_size=32, patience=2, progress=False, seed=args.seed, **train_kwargs).train(
+            pairs=pairs, epochs=args.epochs
+        )
+        seconds = time.perf_counter() - t0
+        r_c = model.score(test["prompt"].tolist(), test["chosen"].tolist(), batch_size=128).numpy()
+        r_r = model.score(test["prompt"].tolist(), test["rejected"].tolist(), batch_size=128).numpy()
+        rows += accuracy_table(test, (r_c > r_r).astype(float), name)
+        runs.append({"encoder": name, "model": model.config.model_dump(mode="json"), "train": train_kwargs,
+                     "epochs_run": len(result.history), "best_epoch": result.best_epoch,
+                     "best_val_accuracy": result.best_val_accuracy, "train_pairs": result.train_pairs,
+                     "seconds": seconds, "pairs_per_second": result.pairs_per_second})
+        plan = [r for r in rows if r["method"] == name and r["granularity"] == "plan"]
+        print(f"{name}: " + ", ".join(f"{r['domain']} {r['accuracy']:.3f}" for r in plan) + f" ({seconds:.0f} s)", file=sys.stderr)
+
+    result = {
+        "benchmark": "held-out pairwise accuracy per domain and encoder (sandbox)",
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__},
+        "collection": {"tasks_per_domain": args.tasks, "plans_per_task": 8, "seed": args.seed,
+                       "pairs": int(len(pairs)), "splits": {k: int(v) for k, v in pairs["split"].value_counts().items()}},
+        "epochs": args.epochs,
+        "runs": runs,
+        "rows": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "accuracy.json").write_text(json.dumps(result, indent=2) + "\n")
+
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    domains = sorted({r["domain"] for r in rows})
+    lines = [
+        "# Held-out pairwise accuracy per domain (sandbox)",
+        "",
+        f"{args.tasks} tasks per domain x 8 plans (seed {args.seed}); {len(pairs)} pairs, split by task "
+        f"({result['collection']['splits']}). Trained on `train` (early stopping on `val` with patience 2, at most {args.epochs} "
+        "epochs), scored on the **test tasks**. Cells: accuracy [95% interval, bootstrap over tasks]; chance is 0.5.",
+        "",
+    ]
+    for granularity in ("plan", "node"):
+        sub = [r for r in rows if r["granularity"] == granularity]
+        if not sub:
+            continue
+        counts = {r["domain"]: (r["pairs"], r["tasks"]) for r in sub}
+        lines += [f"## {granularity}-level pairs", "",
+                  "| method | " + " | ".join(f"{d} ({counts[d][0]} pairs, {counts[d][1]} tasks)" for d in domains if d in counts) + " |",
+                  "|---|" + "---:|" * len([d for d in domains if d in counts])]
+        for m in methods:
+            cells = {r["domain"]: r for r in sub if r["method"] == m}
+            lines.append(f"| {m} | " + " | ".join(
+                f"{cells[d]['accuracy']:.3f} [{cells[d]['ci95'][0]:.2f}, {cells[d]['ci95'][1]:.2f}]" for d in domains if d in counts) + " |")
+        lines.append("")
+    lines += ["## Training runs", "", "| encoder | epochs run | best epoch | val accuracy | train pairs | pairs/s | seconds |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        lines.append(f"| {r['encoder']} | {r['epochs_run']} | {r['best_epoch']} | {r['best_val_accuracy']:.3f} | "
+                     f"{r['train_pairs']} | {r['pairs_per_second']:.0f} | {r['seconds']:.0f} |")
+    (args.out / "accuracy.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

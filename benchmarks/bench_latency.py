@@ -1,0 +1,205 @@
+"""Scoring latency: 8 candidate plans of one task, CPU, beside the machine's own fp32 compute limit.
+
+For each model, ``model.score(question, plans)`` on the sandbox's real question + plan texts (8
+plans of one task, the test-time-scaling call), p50 over many tasks and repetitions, end to end
+(tokenizing included). Beside it, the *compute limit* of the same work: the forward pass's FLOPs
+(counted from the real token counts: linear layers 2 * tokens * in * out, attention 2 * 2 * Lq *
+Lk * width per row, the head) divided by the rate this machine reaches on a large fp32 matmul
+(2048 x 2048), measured in the same run. On a shared machine the load changes under us, so each
+latency sample is paired with a matmul-rate sample taken right before it and the reported ratio is
+the median of the per-sample ratios. Targets (issue 4): within 1.3x of the limit, and at most 30 ms
+for the default model.
+
+Also timed, for scale: a plain 3-layer 256-wide BERT (joint) and MiniLM on 8 x 64-token inputs.
+
+Run niced on a shared machine::
+
+    nice python benchmarks/bench_latency.py            # writes results/latency.{json,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from orchrm import BradleyTerryModel  # noqa: E402
+from orchrm.encoders import TokenBatch  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+TARGET_RATIO = 1.3
+TARGET_DEFAULT_MS = 30.0
+
+
+def sandbox_tasks(tasks_per_domain: int, plans: int, seed: int) -> list[tuple[str, str, list[str]]]:
+    """(domain, question, plan texts) for tasks with ``plans`` distinct candidate plans."""
+    from orchrm.collect import collect
+
+    art = collect(tasks_per_domain=tasks_per_domain, plans_per_task=plans, seed=seed, progress=False)
+    out = []
+    for (domain, _task), rows in art.groupby(["domain", "task_id"], sort=True):
+        texts = list(dict.fromkeys(rows["plan_text"]))
+        if len(texts) >= plans:
+            out.append((domain, rows["question"].iloc[0], texts[:plans]))
+    return out
+
+
+def batch_flops(model: BradleyTerryModel, batch: TokenBatch) -> float:
+    """Multiply-add FLOPs (x2) of one forward pass over ``batch``, from the real token counts."""
+    cfg = model.encoder.config
+    h, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    tokens = batch.num_tokens
+    linear = 2 * tokens * (4 * h * h + 2 * h * inter)
+    lp = batch.prompt_lens.double()
+    la = batch.action_lens.double()
+    if batch.action_prompt is None:
+        scores = float((la * la).sum())
+    else:
+        scores = float((lp * lp).sum() + (la * (la + lp[batch.action_prompt])).sum())
+    attention = 2 * 2 * scores * h  # QK^T and AV
+    head = 2 * batch.num_actions * (h * model.config.hidden_dim + model.config.hidden_dim)
+    return layers * (linear + attention) + head
+
+
+def matmul_rate(n: int = 2048, reps: int = 3) -> float:
+    """FLOP/s of an n x n fp32 matmul on this machine right now (best of ``reps``)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int) -> dict:
+    """p50 latency of ``model.score(question, plans)`` and the median ratio to the compute limit."""
+    model.eval()
+    for q, plans in cases[:3]:
+        model.score(q, plans)
+    lat, ratios, limits, flops_all, tokens = [], [], [], [], []
+    for _ in range(rounds):
+        for q, plans in cases:
+            batch = model.pack(model.tokenize([q]), model.tokenize(plans), [0] * len(plans))
+            flops = batch_flops(model, batch)
+            rate = matmul_rate(1024, reps=1)
+            t = time.perf_counter()
+            model.score(q, plans)
+            dt = time.perf_counter() - t
+            lat.append(dt)
+            limits.append(flops / rate)
+            ratios.append(dt / (flops / rate))
+            flops_all.append(flops)
+            tokens.append(batch.num_tokens)
+    return {
+        "p50_ms": 1e3 * statistics.median(lat),
+        "p90_ms": 1e3 * statistics.quantiles(lat, n=10)[-1],
+        "limit_ms": 1e3 * statistics.median(limits),
+        "ratio_to_limit": statistics.median(ratios),
+        "gflop": statistics.median(flops_all) / 1e9,
+        "tokens": statistics.median(tokens),
+        "samples": len(lat),
+    }
+
+
+def synthetic_cases(model: BradleyTerryModel, n_tasks: int, length: int = 64) -> list[tuple[str, list[str]]]:
+    """8 x ``length``-token inputs (joint layout: the whole sequence is one row) from random words."""
+    import random
+
+    rng = random.Random(0)
+    vocab = [t for t in model.tokenizer.get_vocab() if t.isalpha() and len(t) > 2][:2000]
+    cases = []
+    for _ in range(n_tasks):
+        q = " ".join(rng.choice(vocab) for _ in range(length // 2 - 2))
+        plans = [" ".join(rng.choice(vocab) for _ in range(length // 2 - 1)) for _ in range(8)]
+        cases.append((q, plans))
+    return cases
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=6, help="tasks per domain (default 6)")
+    ap.add_argument("--rounds", type=int, default=4, help="passes over the tasks (default 4)")
+    ap.add_argument("--threads", default="1,2", help="torch intra-op thread counts to run (default 1,2)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+
+    tasks = sandbox_tasks(args.tasks, 8, args.seed)
+    cases = [(q, plans) for _, q, plans in tasks]
+    texts = [q for q, _ in cases] + [p for _, ps in cases for p in ps]
+    print(f"{len(cases)} sandbox tasks with 8 plans", file=sys.stderr)
+
+    default = BradleyTerryModel()  # scratch, shared_prompt, 256 wide, 3 layers: the default model
+    default.fit_tokenizer(texts)
+    joint = BradleyTerryModel(architecture="joint")
+    joint.fit_tokenizer(texts)
+    minilm = BradleyTerryModel(encoder="minilm", dropout=0.0)
+    minilm_joint = BradleyTerryModel(encoder="minilm", architecture="joint", dropout=0.0)
+    runs = [
+        ("default (scratch 256x3, shared_prompt)", default, cases, "sandbox question + 8 plans"),
+        ("scratch 256x3, joint", joint, cases, "sandbox question + 8 plans"),
+        ("scratch 256x3, joint", joint, synthetic_cases(joint, len(cases)), "8 x 64 tokens"),
+        ("minilm, shared_prompt", minilm, cases, "sandbox question + 8 plans"),
+        ("minilm, joint", minilm_joint, cases, "sandbox question + 8 plans"),
+        ("minilm, joint", minilm_joint, synthetic_cases(minilm_joint, len(cases)), "8 x 64 tokens"),
+    ]
+    rows = []
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        for name, model, run_cases, note in runs:
+            r = measure(model, run_cases, rounds=args.rounds)
+            rows.append({"threads": threads, "model": name, "inputs": note, **r})
+            print(f"{threads}t {name:40s} {note:28s} p50 {r['p50_ms']:7.2f} ms  limit {r['limit_ms']:7.2f} ms  "
+                  f"ratio {r['ratio_to_limit']:.2f}  tokens {r['tokens']:.0f}", file=sys.stderr)
+
+    defaults = [r for r in rows if r["model"].startswith("default")]
+    meets = {r["threads"]: r["ratio_to_limit"] <= TARGET_RATIO and r["p50_ms"] <= TARGET_DEFAULT_MS for r in defaults}
+    result = {
+        "benchmark": "scoring latency, 8 candidates of one task (CPU, fp32)",
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                    "load_average": os.getloadavg()},
+        "tasks": len(cases),
+        "rounds": args.rounds,
+        "targets": {"ratio_to_limit": TARGET_RATIO, "default_p50_ms": TARGET_DEFAULT_MS},
+        "default_meets_targets_by_threads": meets,
+        "rows": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latency.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        "# Scoring latency: 8 candidate plans of one task (CPU, fp32)",
+        "",
+        f"`model.score(question, plans)` end to end (tokenizing included), p50 over {len(cases)} sandbox tasks "
+        f"x {args.rounds} rounds. Limit = the forward pass's FLOPs (real tokens) / the rate of a 1024x1024 fp32 "
+        "matmul timed right before each call, with the same thread count; ratio = median of per-call latency / "
+        f"limit. Machine: {os.cpu_count()} CPUs, shared with other jobs (load average at the end "
+        f"{os.getloadavg()[0]:.1f}).",
+        "",
+        "| threads | model | inputs | tokens | GFLOP | p50 ms | p90 ms | limit ms | ratio |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['threads']} | {r['model']} | {r['inputs']} | {r['tokens']:.0f} | {r['gflop']:.2f} | "
+                     f"{r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['limit_ms']:.1f} | {r['ratio_to_limit']:.2f} |")
+    verdict = ", ".join(f"{t} thread(s): {'met' if ok else 'not met'}" for t, ok in meets.items())
+    lines += ["", f"Targets for the default model: ratio <= {TARGET_RATIO}, p50 <= {TARGET_DEFAULT_MS:.0f} ms. {verdict}."]
+    (args.out / "latency.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

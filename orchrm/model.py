@@ -1,0 +1,466 @@
+"""The Bradley-Terry reward model R(s, a): an encoder, mean pooling over the action, a scalar head.
+
+>>> model = BradleyTerryModel(hidden_dim=256, num_layers=3, lr=1e-4)  # doctest: +SKIP
+>>> Trainer(model=model, batch_size=32).train(pairs=pairs, epochs=10)  # doctest: +SKIP
+>>> model.score("What is 2 + 3?", ['<agent id="a1" type="CoT" model="small"/>'])  # doctest: +SKIP
+tensor([0.7310])
+
+Training maximises P(chosen beats rejected) = sigmoid(r_w - r_l) (:func:`bt_loss`). The encoder and
+the input layout are described in :mod:`orchrm.encoders`.
+
+**File format.** :meth:`BradleyTerryModel.save` writes *one* safetensors file whatever its name
+(``orchrm_reward_model.pt`` included): fp32 tensors of the encoder and head, and in the header's
+metadata the model config, the encoder's ``transformers`` config, the tokenizer (its JSON), the
+special token ids, the reward mean/std, the learning rate and a manifest (data hash, counts,
+metrics). Loading parses JSON and tensors only: no pickle, no code from the file, no download, and
+the round trip is bit-exact. Training checkpoints are the same format with extra ``trainer.*``
+tensors, so a checkpoint also loads as a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from pydantic import ValidationError
+from torch import Tensor, nn
+
+from orchrm import encoders
+from orchrm.config import ModelConfig
+from orchrm.encoders import SpecialIds, TokenBatch
+from orchrm.errors import ConfigError, ModelFileError
+from orchrm.traces import atomic_write_bytes
+
+FILE_FORMAT = "orchrm.bradley-terry"
+FILE_VERSION = 1
+#: file name of the model inside a directory (``orchrm train --out DIR`` writes DIR/model.safetensors)
+MODEL_FILE = "model.safetensors"
+
+
+def bt_loss(
+    r_chosen: Tensor,
+    r_rejected: Tensor,
+    margin: Tensor | None = None,
+    *,
+    center_rewards_coefficient: float | None = None,
+) -> Tensor:
+    """Bradley-Terry loss ``mean(-log sigmoid(r_w - r_l - margin))``, a scalar.
+
+    With ``center_rewards_coefficient`` c, adds ``c * mean((r_w + r_l)^2)`` (TRL; Eisenstein et al.
+    2023) to keep rewards centred on zero.
+
+    >>> import math
+    >>> round(bt_loss(torch.tensor([2.0]), torch.tensor([0.0])).item(), 6) == round(math.log1p(math.exp(-2)), 6)
+    True
+    """
+    diff = r_chosen - r_rejected
+    if margin is not None:
+        diff = diff - margin
+    loss = -F.logsigmoid(diff).mean()
+    if center_rewards_coefficient:
+        loss = loss + center_rewards_coefficient * torch.mean((r_chosen + r_rejected) ** 2)
+    return loss
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    """Run a block under ``torch.manual_seed(seed)`` without disturbing the caller's RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _model_config(config: ModelConfig | None, fields: dict[str, Any]) -> ModelConfig:
+    if config is not None:
+        return config.model_copy(update=fields) if fields else config
+    try:
+        return ModelConfig(**fields)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'model'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid BradleyTerryModel arguments: {problems}") from None
+
+
+class BradleyTerryModel(nn.Module):
+    """Reward model R(prompt, action) -> float (DESIGN §6).
+
+    ``BradleyTerryModel(encoder="scratch", hidden_dim=256, num_layers=3, lr=1e-4, **fields)`` where
+    ``fields`` are the other :class:`ModelConfig` fields (``architecture``, ``max_length``,
+    ``train_layers``, ...), or ``BradleyTerryModel(config=ModelConfig(...))``. ``lr`` is the
+    :class:`~orchrm.train.Trainer`'s default learning rate for this model.
+
+    A ``scratch`` model has no tokenizer until :meth:`fit_tokenizer` (the Trainer calls it on the
+    training texts). Attributes: ``config``, ``lr``, ``reward_mean``/``reward_std`` (of the
+    training rewards, for :meth:`score` with ``normalize=True``), ``manifest`` (saved metadata).
+    """
+
+    def __init__(
+        self,
+        encoder: str = "scratch",
+        hidden_dim: int = 256,
+        num_layers: int = 3,
+        lr: float = 1e-4,
+        *,
+        config: ModelConfig | None = None,
+        **fields: Any,
+    ) -> None:
+        super().__init__()
+        if config is None:
+            fields = {"encoder": encoder, "hidden_dim": hidden_dim, "num_layers": num_layers, **fields}
+        cfg = _model_config(config, fields)
+        if not (isinstance(lr, int | float) and lr > 0):
+            raise ConfigError(f"lr must be a positive number, got {lr!r}")
+        with _seeded(cfg.seed):
+            if cfg.encoder == "scratch":
+                encoder_module, tokenizer, special = encoders.build_scratch_encoder(cfg), None, encoders.scratch_special_ids()
+            else:
+                encoder_module, tokenizer, special = encoders.load_pretrained_encoder(cfg.encoder, cfg)
+            self._setup(cfg, encoder_module, tokenizer, special, lr=float(lr))
+
+    def _setup(self, cfg: ModelConfig, encoder: nn.Module, tokenizer, special: SpecialIds, *, lr: float) -> None:
+        if cfg.architecture == "shared_prompt" and not encoders.supports_shared_prompt(encoder):
+            raise ConfigError(
+                f"encoder {cfg.encoder!r} ({encoder.config.model_type}) supports only architecture='joint'; "
+                "'shared_prompt' needs a BERT-family encoder"
+            )
+        width = encoder.config.hidden_size
+        positions = getattr(encoder.config, "max_position_embeddings", None)
+        if positions is not None and cfg.max_length > positions:
+            raise ConfigError(f"max_length={cfg.max_length} exceeds the encoder's {positions} positions; lower max_length")
+        layers = getattr(encoder.config, "num_hidden_layers", 0)
+        if cfg.train_layers is not None and cfg.train_layers > layers:
+            raise ConfigError(f"train_layers={cfg.train_layers} but the encoder has only {layers} layers")
+        self.config = cfg
+        self.lr = lr
+        self.special = special
+        self.tokenizer = tokenizer
+        self.encoder = encoder
+        self.head = nn.Sequential(
+            nn.Dropout(cfg.dropout), nn.Linear(width, cfg.hidden_dim), nn.GELU(), nn.Linear(cfg.hidden_dim, 1)
+        )
+        self.reward_mean = 0.0
+        self.reward_std = 1.0
+        self.manifest: dict[str, Any] = {}
+        self._apply_train_layers()
+
+    @classmethod
+    def _assemble(cls, cfg: ModelConfig, encoder: nn.Module, tokenizer, special: SpecialIds, *, lr: float):
+        model = cls.__new__(cls)
+        nn.Module.__init__(model)
+        with _seeded(cfg.seed):
+            model._setup(cfg, encoder, tokenizer, special, lr=lr)
+        return model
+
+    def _apply_train_layers(self) -> None:
+        k = self.config.train_layers
+        if k is None:
+            return
+        self.encoder.requires_grad_(False)
+        layers = self.encoder.encoder.layer if hasattr(self.encoder, "encoder") else []
+        for layer in list(layers)[len(layers) - k :] if k else []:
+            layer.requires_grad_(True)
+
+    # ---------------------------------------------------------------------------------------
+    # properties
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the model has a tokenizer (a scratch model gets one from :meth:`fit_tokenizer`)."""
+        return self.tokenizer is not None
+
+    @property
+    def encoder_trainable(self) -> bool:
+        """False when the encoder is frozen (``train_layers=0``): its features can be cached."""
+        return self.config.train_layers != 0
+
+    @property
+    def shared_prompt(self) -> bool:
+        return self.config.architecture == "shared_prompt"
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # ---------------------------------------------------------------------------------------
+    # text -> tokens
+
+    def fit_tokenizer(self, texts: Sequence[str]) -> None:
+        """Train the scratch encoder's WordPiece tokenizer on ``texts`` (prompts and actions)."""
+        if self.config.encoder != "scratch":
+            raise ConfigError(f"encoder {self.config.encoder!r} brings its own tokenizer; only 'scratch' is fitted")
+        texts = [t for t in texts if t]
+        if not texts:
+            raise ConfigError("cannot fit the tokenizer on no text: give pairs with non-empty prompts and actions")
+        tok = encoders.train_wordpiece(
+            texts, vocab_size=self.config.vocab_size, pretokenizer=self.config.pretokenizer
+        )
+        self.tokenizer = encoders.raw_tokenizer(tok)
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens or truncation."""
+        if self.tokenizer is None:
+            raise ConfigError(
+                "this scratch model has no tokenizer yet: train it (Trainer.train fits one on the pairs) "
+                "or call model.fit_tokenizer(texts)"
+            )
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def pack(
+        self, prompt_ids: Sequence[Sequence[int]], action_ids: Sequence[Sequence[int]], action_prompt: Sequence[int]
+    ) -> TokenBatch:
+        """Frame, truncate and pack token ids (see :func:`orchrm.encoders.pack`)."""
+        return encoders.pack(
+            prompt_ids,
+            action_ids,
+            action_prompt,
+            special=self.special,
+            max_length=self.config.max_length,
+            prompt_length=self.config.prompt_length(),
+            shared=self.shared_prompt,
+        )
+
+    # ---------------------------------------------------------------------------------------
+    # forward
+
+    def features(self, batch: TokenBatch) -> Tensor:
+        """Pooled action vectors (A, width) before the head."""
+        if encoders.supports_shared_prompt(self.encoder):
+            hidden = encoders.encode_packed(self.encoder, batch)
+        else:
+            hidden = encoders.encode_generic(self.encoder, batch, self.special.pad)
+        return encoders.pool_actions(hidden, batch)
+
+    def forward(self, inputs: TokenBatch | Tensor) -> Tensor:
+        """Rewards (A,) for a packed batch, or for pooled ``features`` (A, width) of a frozen encoder."""
+        feats = inputs if isinstance(inputs, Tensor) else self.features(inputs)
+        return self.head(feats).squeeze(-1).float()
+
+    def score(
+        self,
+        prompts: str | Sequence[str],
+        actions: Sequence[str],
+        *,
+        batch_size: int = 64,
+        normalize: bool = False,
+    ) -> Tensor:
+        """Rewards (N,) float32 on the CPU for N (prompt, action) texts; no gradients, eval mode.
+
+        ``prompts`` is one string shared by every action, or one per action. Deterministic; a
+        text's reward does not depend on ``batch_size`` or on the other texts of the call (to
+        within float32 rounding in attention, < 1e-5; tests pin it). Each distinct prompt of a
+        chunk is encoded once. ``normalize`` maps rewards to ``(r - reward_mean) / reward_std``.
+        """
+        actions = list(actions)
+        prompts = [prompts] * len(actions) if isinstance(prompts, str) else list(prompts)
+        if len(prompts) != len(actions):
+            raise ValueError(f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt or one per action")
+        if not actions:
+            return torch.zeros(0)
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        distinct = list(dict.fromkeys(prompts))
+        prompt_ids = dict(zip(distinct, self.tokenize(distinct), strict=True))
+        action_ids = self.tokenize(actions)
+        was_training = self.training
+        if was_training:
+            self.eval()
+        device = self.device
+        out = []
+        try:
+            with torch.inference_mode():
+                for lo in range(0, len(actions), batch_size):
+                    chunk = prompts[lo : lo + batch_size]
+                    local = {p: i for i, p in enumerate(dict.fromkeys(chunk))}
+                    batch = self.pack(
+                        [prompt_ids[p] for p in local], action_ids[lo : lo + batch_size], [local[p] for p in chunk]
+                    )
+                    out.append(self(batch.to(device)).cpu())
+        finally:
+            if was_training:
+                self.train()
+        rewards = torch.cat(out)
+        if normalize:
+            rewards = (rewards - self.reward_mean) / self.reward_std
+        return rewards
+
+    # ---------------------------------------------------------------------------------------
+    # save / load
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the model to one safetensors file at ``path`` (atomically); returns the path.
+
+        A directory (existing, or a path ending in a separator) gets ``model.safetensors`` inside.
+        """
+        return self._write(path)
+
+    def _write(
+        self,
+        path: str | os.PathLike,
+        *,
+        extra_tensors: dict[str, Tensor] | None = None,
+        extra_metadata: dict[str, str] | None = None,
+    ) -> Path:
+        from safetensors.torch import save_file
+
+        if self.tokenizer is None:
+            raise ConfigError("cannot save a scratch model before its tokenizer is fitted: train it first")
+        target = Path(path)
+        if target.is_dir() or str(path).endswith(os.sep):
+            target = target / MODEL_FILE
+        tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self.state_dict().items()}
+        overlap = set(tensors) & set(extra_tensors or {})
+        if overlap:
+            raise ValueError(f"extra tensors clash with model tensors: {sorted(overlap)[:3]}")
+        tensors.update(extra_tensors or {})
+        metadata = {
+            "format": FILE_FORMAT,
+            "format_version": str(FILE_VERSION),
+            "model_config": self.config.model_dump_json(),
+            "encoder_config": json.dumps(encoders.hf_config_dict(self.encoder), sort_keys=True),
+            "tokenizer": self.tokenizer.to_str(),
+            "special_ids": json.dumps(vars(self.special)),
+            "lr": repr(self.lr),
+            "reward_mean": repr(float(self.reward_mean)),
+            "reward_std": repr(float(self.reward_std)),
+            "manifest": json.dumps(self.manifest, sort_keys=True, default=str),
+            **(extra_metadata or {}),
+        }
+        return atomic_write_bytes(target, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, device: str | torch.device = "cpu") -> BradleyTerryModel:
+        """Load a model written by :meth:`save` (or a training checkpoint); eval mode.
+
+        Raises :class:`ModelFileError` naming the problem for a missing, truncated, foreign or
+        corrupt file.
+        """
+        reader = ModelFile(path)
+        model = cls._assemble(
+            reader.model_config,
+            encoders.encoder_from_config(reader.json("encoder_config")),
+            reader.tokenizer(),
+            SpecialIds(**reader.json("special_ids")),
+            lr=float(reader.metadata["lr"]),
+        )
+        model.load_weights(reader)
+        return model.to(device).eval()
+
+    def load_weights(self, source: str | os.PathLike | ModelFile) -> None:
+        """Copy weights, tokenizer and reward statistics from a model file into this model, in place."""
+        reader = source if isinstance(source, ModelFile) else ModelFile(source)
+        state = reader.tensors(prefix_excluded="trainer.")
+        mine = self.state_dict()
+        missing, unexpected = sorted(set(mine) - set(state)), sorted(set(state) - set(mine))
+        if missing or unexpected:
+            raise ModelFileError(
+                f"{reader.path}: weights do not match this architecture "
+                f"(missing {missing[:3]}{'...' if len(missing) > 3 else ''}, "
+                f"unexpected {unexpected[:3]}{'...' if len(unexpected) > 3 else ''})"
+            )
+        for key, value in state.items():
+            if mine[key].shape != value.shape:
+                raise ModelFileError(f"{reader.path}: tensor {key} has shape {tuple(value.shape)}, expected {tuple(mine[key].shape)}")
+        self.load_state_dict(state, strict=True)
+        self.tokenizer = reader.tokenizer()
+        self.reward_mean = float(reader.metadata["reward_mean"])
+        self.reward_std = float(reader.metadata["reward_std"])
+        self.manifest = reader.json("manifest")
+
+
+class ModelFile:
+    """Read-only view of a saved model file: validated metadata, then tensors on demand."""
+
+    REQUIRED = ("model_config", "encoder_config", "tokenizer", "special_ids", "lr", "reward_mean", "reward_std", "manifest")
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        from safetensors import safe_open
+
+        target = Path(path)
+        if target.is_dir():
+            if not (target / MODEL_FILE).is_file():
+                hint = (
+                    " (it looks like a Hugging Face model directory: use it as BradleyTerryModel(encoder=...))"
+                    if (target / "config.json").exists()
+                    else ""
+                )
+                raise ModelFileError(f"{target} is a directory without {MODEL_FILE}{hint}")
+            target = target / MODEL_FILE
+        if not target.is_file():
+            raise ModelFileError(f"no model file at {target}")
+        self.path = target
+        with open(target, "rb") as fh:
+            head = fh.read(8)
+        if head[:2] == b"PK" or head[:1] == b"\x80":
+            raise ModelFileError(
+                f"{target} is a pickled PyTorch checkpoint, not an OrchRM model file; OrchRM never unpickles "
+                "(it could run code). Re-save the model with BradleyTerryModel.save"
+            )
+        size = target.stat().st_size
+        if len(head) < 8 or int.from_bytes(head, "little") + 8 > size:
+            raise ModelFileError(
+                f"{target} is truncated or not a safetensors file ({size} bytes; the header "
+                "announces more): copy it again or re-save it with BradleyTerryModel.save"
+            )
+        try:
+            with safe_open(str(target), framework="pt") as f:
+                metadata = f.metadata() or {}
+                self._keys = list(f.keys())
+        except Exception as exc:  # safetensors raises its own error type for a damaged header
+            raise ModelFileError(f"{target} is not a readable safetensors file ({exc})") from None
+        if metadata.get("format") != FILE_FORMAT:
+            raise ModelFileError(
+                f"{target} is a safetensors file but not an OrchRM reward model (no '{FILE_FORMAT}' metadata); "
+                "to use a Hugging Face encoder, pass its directory as BradleyTerryModel(encoder=...)"
+            )
+        version = int(metadata.get("format_version", "0"))
+        if version > FILE_VERSION:
+            raise ModelFileError(f"{target} has format version {version}; this orchrm reads up to {FILE_VERSION}: upgrade orchrm")
+        missing = [k for k in self.REQUIRED if k not in metadata]
+        if missing:
+            raise ModelFileError(f"{target} lacks metadata {missing}: the file is damaged; re-save it")
+        self.metadata = metadata
+        try:
+            self.model_config = ModelConfig.model_validate_json(metadata["model_config"])
+        except ValidationError as exc:
+            raise ModelFileError(f"{target}: stored model config is invalid ({exc.errors()[0]['msg']})") from None
+
+    def json(self, key: str) -> Any:
+        try:
+            return json.loads(self.metadata[key])
+        except (KeyError, json.JSONDecodeError) as exc:
+            raise ModelFileError(f"{self.path}: metadata {key!r} is damaged ({exc})") from None
+
+    def tokenizer(self):
+        try:
+            return encoders.tokenizer_from_json(self.metadata["tokenizer"])
+        except Exception as exc:  # tokenizers raises a bare Exception for bad JSON
+            raise ModelFileError(f"{self.path}: stored tokenizer cannot be read ({exc})") from None
+
+    def tensors(self, *, prefix: str = "", prefix_excluded: str | None = None) -> dict[str, Tensor]:
+        """Tensors whose names start with ``prefix`` (the prefix removed)."""
+        from safetensors import safe_open
+
+        out = {}
+        try:
+            with safe_open(str(self.path), framework="pt") as f:
+                for key in self._keys:
+                    if key.startswith(prefix) and not (prefix_excluded and key.startswith(prefix_excluded)):
+                        out[key[len(prefix) :]] = f.get_tensor(key)
+        except Exception as exc:
+            raise ModelFileError(f"{self.path}: tensor data is damaged ({exc}); copy it again or re-save it") from None
+        for key, value in out.items():
+            if value.is_floating_point() and not torch.isfinite(value).all():
+                raise ModelFileError(f"{self.path}: tensor {prefix}{key} holds NaN or infinite values")
+        return out
+
+
+def param_count(model: nn.Module, *, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+__all__ = ["BradleyTerryModel", "ModelFile", "bt_loss", "MODEL_FILE", "param_count"]

@@ -1,0 +1,762 @@
+"""Trainer: fit a :class:`BradleyTerryModel` on pairs, in one process, on one GPU, or under torchrun.
+
+>>> trainer = Trainer(model=model, batch_size=32)                       # doctest: +SKIP
+>>> result = trainer.train(pairs=pairs, epochs=10, eval_interval=1)     # doctest: +SKIP
+>>> print(result)                                                        # doctest: +SKIP
+
+The loop (:meth:`Trainer.train`) reads top to bottom: AdamW with warmup and linear/cosine decay,
+gradient clipping, validation every ``eval_interval`` epochs with early stopping on the validation
+loss, checkpoints, bf16 autocast on CUDA. Steps are grouped by task and encode each distinct
+(prompt, action) once (:mod:`orchrm.batching`, DESIGN §6). Everything random is drawn from
+``(seed, epoch, rank)``, so a run is reproducible and a resumed run equals an uninterrupted one.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) the Trainer joins the process group (gloo on CPU, nccl on
+GPU), wraps the model in DDP and gives each rank its share of every epoch's steps; ``batch_size``
+is per rank. Only rank 0 reports to callbacks, shows progress and writes files.
+
+Checkpoints (with ``checkpoint_dir``): ``last.safetensors`` after every evaluation (the model file
+format plus optimizer, schedule and loop state) and ``best.safetensors`` when the validation loss
+improves. A NaN or infinite loss raises :class:`TrainingError` before the bad update is applied and
+leaves both files as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import ValidationError
+from torch import Tensor, nn
+
+from orchrm.batching import PairIndex, data_hash, pair_frame, split_pairs, step_inputs, task_batches
+from orchrm.config import ModelConfig, TrainConfig
+from orchrm.encoders import tokenizer_from_json
+from orchrm.errors import ConfigError, TrainingError
+from orchrm.model import MODEL_FILE, BradleyTerryModel, ModelFile, bt_loss
+from orchrm.traces import atomic_write_bytes
+
+log = logging.getLogger("orchrm.train")
+
+LAST_CHECKPOINT = "last.safetensors"
+BEST_CHECKPOINT = "best.safetensors"
+#: caps the texts scored after training for the stored reward mean/std
+_STATS_SAMPLE = 4096
+
+
+# --------------------------------------------------------------------------------------------
+# results and callbacks
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """Metrics of one epoch. Validation fields are None on epochs without evaluation."""
+
+    epoch: int
+    step: int
+    train_loss: float
+    train_accuracy: float
+    val_loss: float | None
+    val_accuracy: float | None
+    lr: float
+    seconds: float
+
+
+@dataclass
+class TrainResult:
+    """What :meth:`Trainer.train` returns: the history and the figures a report needs.
+
+    ``pairs_per_second`` counts training pairs (all ranks) per second of training steps in this
+    call (evaluation and checkpoints excluded). ``model`` is the trained model (best validation
+    weights when ``restore_best``).
+    """
+
+    history: list[EpochRecord]
+    best_epoch: int
+    best_val_loss: float | None
+    best_val_accuracy: float | None
+    stopped_early: bool
+    steps: int
+    train_pairs: int
+    val_pairs: int
+    train_seconds: float
+    pairs_per_second: float
+    reward_mean: float
+    reward_std: float
+    data_hash: str
+    checkpoint_dir: str | None = None
+    model_path: str | None = None
+    model: BradleyTerryModel | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def losses(self) -> list[float]:
+        return [r.train_loss for r in self.history]
+
+    @property
+    def accuracies(self) -> list[float]:
+        return [r.train_accuracy for r in self.history]
+
+    @property
+    def val_losses(self) -> list[float | None]:
+        return [r.val_loss for r in self.history]
+
+    @property
+    def val_accuracies(self) -> list[float | None]:
+        return [r.val_accuracy for r in self.history]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "history")}
+        data["history"] = [asdict(r) for r in self.history]
+        return data
+
+    def __str__(self) -> str:
+        fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        lines = [
+            f"trained on {self.train_pairs} pairs (validated on {self.val_pairs}) in {self.steps} steps, "
+            f"{self.train_seconds:.1f} s, {self.pairs_per_second:.1f} pairs/s",
+            "epoch  train_loss  train_acc  val_loss  val_acc        lr",
+        ]
+        for r in self.history:
+            mark = " *" if r.epoch == self.best_epoch and r.val_loss is not None else ""
+            lines.append(
+                f"{r.epoch:5d}  {r.train_loss:10.4f}  {r.train_accuracy:9.3f}  {fmt(r.val_loss):>8}  "
+                f"{fmt(r.val_accuracy):>7}  {r.lr:.2e}{mark}"
+            )
+        stop = "stopped early" if self.stopped_early else "ran all epochs"
+        lines.append(
+            f"best epoch {self.best_epoch} (val loss {fmt(self.best_val_loss)}, accuracy "
+            f"{fmt(self.best_val_accuracy)}); {stop}; reward mean {self.reward_mean:.3f} std {self.reward_std:.3f}"
+        )
+        if self.model_path:
+            lines.append(f"model: {self.model_path}")
+        return "\n".join(lines)
+
+
+class TrainCallback:
+    """Hooks the Trainer calls on rank 0; override the ones you need.
+
+    MLflow logging is one of these (``orchrm.registry``); the Trainer itself imports no tracker.
+    """
+
+    def on_train_begin(self, params: Mapping[str, Any]) -> None:
+        """Once, with the configs, data hash and pair counts."""
+
+    def on_log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Every ``log_interval`` steps: ``loss``, ``lr``, ``grad_norm``."""
+
+    def on_eval(self, record: EpochRecord, model: BradleyTerryModel) -> None:
+        """After each evaluation, once its checkpoint is written."""
+
+    def on_train_end(self, result: TrainResult) -> None:
+        """Once, with the final result."""
+
+
+class LoggingCallback(TrainCallback):
+    """Reports evaluations through the ``orchrm.train`` logger."""
+
+    def on_eval(self, record: EpochRecord, model: BradleyTerryModel) -> None:
+        log.info(
+            "epoch %d: train loss %.4f acc %.3f | val loss %s acc %s",
+            record.epoch,
+            record.train_loss,
+            record.train_accuracy,
+            "-" if record.val_loss is None else f"{record.val_loss:.4f}",
+            "-" if record.val_accuracy is None else f"{record.val_accuracy:.3f}",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers: distribution, device, schedule, data
+
+
+@dataclass(frozen=True)
+class _Dist:
+    rank: int = 0
+    world: int = 1
+    owns_group: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def sum(self, values: Sequence[float], device: torch.device) -> list[float]:
+        if self.world == 1:
+            return list(values)
+        t = torch.tensor(list(values), dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(t)
+        return t.tolist()
+
+
+def _start_distributed() -> tuple[_Dist, torch.device | None]:
+    """Join the torchrun process group when ``WORLD_SIZE`` > 1; returns the rank's device for GPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return _Dist(), None
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = None
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    owns = not dist.is_initialized()
+    if owns:
+        dist.init_process_group(backend="nccl" if device is not None else "gloo")
+    return _Dist(rank=dist.get_rank(), world=dist.get_world_size(), owns_group=owns), device
+
+
+def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    return (seed * 1_000_003 + epoch * 7_919 + rank) % (2**63 - 1)
+
+
+def _shard(batches: list[np.ndarray], dist: _Dist, *, pad: bool) -> list[np.ndarray]:
+    """This rank's steps. ``pad`` repeats early steps so every rank runs the same number (training)."""
+    if dist.world == 1:
+        return batches
+    if pad and batches:
+        steps = math.ceil(len(batches) / dist.world)
+        batches = batches + [batches[i % len(batches)] for i in range(steps * dist.world - len(batches))]
+    return batches[dist.rank :: dist.world]
+
+
+def _lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only (not on biases, LayerNorm or embeddings' norms)."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A split's pairs with the token ids of its distinct texts."""
+
+    index: PairIndex
+    prompt_ids: list[list[int]]
+    action_ids: list[list[int]]
+
+    @classmethod
+    def of(cls, df: pd.DataFrame, model: BradleyTerryModel) -> _Encoded | None:
+        if len(df) == 0:
+            return None
+        index = PairIndex.build(df)
+        return cls(index, model.tokenize(index.prompts), model.tokenize(index.actions))
+
+
+def _train_config(base: TrainConfig | None, settings: Mapping[str, Any]) -> TrainConfig:
+    data = {**(base or TrainConfig()).model_dump(), **settings}
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid Trainer settings: {problems}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# the Trainer
+
+
+class Trainer:
+    """Trains a :class:`BradleyTerryModel` (DESIGN §6).
+
+    ``Trainer(model, batch_size=32, lr=..., ...)``: keyword settings are :class:`TrainConfig`
+    fields and override ``config``; ``lr`` defaults to ``model.lr``. ``checkpoint_dir`` enables
+    checkpoints and ``train(resume=True)``; ``device`` defaults to CUDA when available (the rank's
+    GPU under torchrun); ``callbacks`` receive progress on rank 0.
+    """
+
+    def __init__(
+        self,
+        model: BradleyTerryModel,
+        *,
+        config: TrainConfig | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        callbacks: Sequence[TrainCallback] = (),
+        device: str | torch.device | None = None,
+        progress: bool = True,
+        **settings: Any,
+    ) -> None:
+        if not isinstance(model, BradleyTerryModel):
+            raise TypeError(f"Trainer needs a BradleyTerryModel, got {type(model).__name__}")
+        self.model = model
+        self.config = _train_config(config, settings)
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.callbacks = list(callbacks)
+        self.device = None if device is None else torch.device(device)
+        self.progress = progress
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def train(
+        self,
+        pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike,
+        *,
+        epochs: int | None = None,
+        eval_interval: int | None = None,
+        resume: bool = False,
+    ) -> TrainResult:
+        """Train on ``split == "train"`` pairs, validate on ``split == "val"`` (or held-out tasks).
+
+        ``pairs``: a pair table (DataFrame, list of row dicts, or Parquet/JSONL path; DESIGN §3).
+        ``resume`` continues from ``checkpoint_dir/last.safetensors`` (same pairs and settings).
+        """
+        overrides = {k: v for k, v in {"epochs": epochs, "eval_interval": eval_interval}.items() if v is not None}
+        cfg = _train_config(self.config, overrides)
+        dist, rank_device = _start_distributed()
+        try:
+            return self._train(pairs, cfg, dist, rank_device, resume=resume)
+        finally:
+            if dist.owns_group:
+                torch.distributed.destroy_process_group()
+
+    def _train(self, pairs, cfg: TrainConfig, dist: _Dist, rank_device, *, resume: bool) -> TrainResult:
+        model = self.model
+        device = rank_device or self.device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        frame = pair_frame(pairs)
+        train_df, val_df = split_pairs(frame, val_fraction=cfg.val_fraction, seed=cfg.seed)
+        fingerprint = data_hash(frame)
+        state = _LoopState()
+        checkpoint = self._checkpoint_path(LAST_CHECKPOINT)
+        if resume and checkpoint is not None and checkpoint.is_file():
+            reader = ModelFile(checkpoint)
+            model.load_weights(reader)
+            state = _LoopState.from_checkpoint(reader, fingerprint=fingerprint, cfg=cfg, world=dist.world)
+        elif resume:
+            log.warning("resume requested but no checkpoint at %s; starting from scratch", checkpoint)
+        if not model.fitted:
+            self._fit_tokenizer(model, train_df, dist)
+        train, val = _Encoded.of(train_df, model), _Encoded.of(val_df, model)
+
+        model.to(device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ConfigError("the model has no trainable parameters")
+        optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr or model.lr)
+        steps_per_epoch = len(_shard(task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=1), dist, pad=True))
+        total = steps_per_epoch * cfg.epochs
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, _lr_lambda(cfg.lr_schedule, round(cfg.warmup_ratio * total), total)
+        )
+        state.restore_optimizer(optimizer, schedule)
+        net = self._wrap(model, dist, device)
+        autocast = self._autocast(cfg, device)
+        # a frozen encoder's features never change: compute them once, train the head on them
+        train_feats, val_feats = (None, None) if model.encoder_trainable else (self._features(train, device), self._features(val, device))
+        if dist.main:
+            for cb in self.callbacks:
+                cb.on_train_begin(self._params(cfg, frame, train, val, fingerprint))
+
+        train_seconds, pairs_seen = 0.0, 0
+        for epoch in range(state.epoch + 1, cfg.epochs + 1):
+            torch.manual_seed(_epoch_seed(cfg.seed, epoch, dist.rank))
+            net.train()
+            t0 = time.perf_counter()
+            sums = np.zeros(3)  # loss * pairs, correct, pairs
+            steps = _shard(task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=epoch), dist, pad=True)
+            for pair_ids in self._progress(steps, epoch, cfg.epochs, dist):
+                with autocast:
+                    loss, correct = self._loss(net, train, pair_ids, cfg, device, train_feats)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+                loss_value = float(loss.detach())
+                if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+                    raise self._diverged(loss_value, grad_norm, epoch, state, optimizer)
+                optimizer.step()
+                schedule.step()
+                state.step += 1
+                sums += (loss_value * len(pair_ids), float(correct), len(pair_ids))
+                if dist.main and state.step % cfg.log_interval == 0:
+                    for cb in self.callbacks:
+                        cb.on_log(state.step, {"loss": loss_value, "lr": schedule.get_last_lr()[0], "grad_norm": grad_norm})
+            loss_sum, correct_sum, n = dist.sum(list(sums), device)
+            train_seconds += time.perf_counter() - t0
+            pairs_seen += int(n)
+
+            evaluate = epoch % cfg.eval_interval == 0 or epoch == cfg.epochs
+            val_loss, val_acc = self._evaluate(model, val, cfg, device, dist, val_feats) if evaluate else (None, None)
+            record = EpochRecord(
+                epoch=epoch,
+                step=state.step,
+                train_loss=loss_sum / max(n, 1),
+                train_accuracy=correct_sum / max(n, 1),
+                val_loss=val_loss,
+                val_accuracy=val_acc,
+                lr=float(schedule.get_last_lr()[0]),
+                seconds=time.perf_counter() - t0,
+            )
+            state.history.append(record)
+            if not evaluate:
+                continue
+            improved = state.observe(record, cfg)
+            if improved:
+                state.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            if dist.main:
+                self._save_checkpoint(model, optimizer, schedule, state, fingerprint, cfg, dist, improved=improved)
+                for cb in self.callbacks:
+                    cb.on_eval(record, model)
+            if state.bad_evals >= cfg.patience:
+                state.stopped_early = True
+                break
+
+        if cfg.restore_best:
+            self._restore_best(model, state)
+        model.reward_mean, model.reward_std = self._reward_stats(model, val or train, device)
+        result = TrainResult(
+            history=list(state.history),
+            best_epoch=state.best_epoch,
+            best_val_loss=state.best_val_loss,
+            best_val_accuracy=state.best_val_accuracy,
+            stopped_early=state.stopped_early,
+            steps=state.step,
+            train_pairs=len(train.index),
+            val_pairs=0 if val is None else len(val.index),
+            train_seconds=train_seconds,
+            pairs_per_second=pairs_seen / train_seconds if train_seconds > 0 else 0.0,
+            reward_mean=model.reward_mean,
+            reward_std=model.reward_std,
+            data_hash=fingerprint,
+            checkpoint_dir=None if self.checkpoint_dir is None else str(self.checkpoint_dir),
+            model=model,
+        )
+        model.manifest = self._manifest(result, cfg, frame, train_df, val_df)
+        if dist.main:
+            for cb in self.callbacks:
+                cb.on_train_end(result)
+        return result
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def _loss(self, net, data: _Encoded, pair_ids, cfg: TrainConfig, device, features: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Mean BT loss of the pairs ``pair_ids`` and how many of them rank right; each distinct
+        candidate is encoded once and its reward gathered by every pair that uses it."""
+        s = step_inputs(data.index, pair_ids)
+        if features is not None:
+            rewards = net(features[torch.from_numpy(s.candidates).to(device)])
+        else:
+            batch = self.model.pack(
+                [data.prompt_ids[p] for p in s.prompts],
+                [data.action_ids[a] for a in data.index.cand_action[s.candidates]],
+                s.cand_prompt_local.tolist(),
+            )
+            rewards = net(batch.to(device))
+        r_chosen = rewards[torch.from_numpy(s.chosen_pos).to(device)]
+        r_rejected = rewards[torch.from_numpy(s.rejected_pos).to(device)]
+        margin = torch.from_numpy(s.margin).to(device) if cfg.use_margin else None
+        loss = bt_loss(r_chosen, r_rejected, margin, center_rewards_coefficient=cfg.center_rewards_coefficient)
+        return loss, (r_chosen > r_rejected).sum()
+
+    @torch.no_grad()
+    def _evaluate(self, model, data: _Encoded | None, cfg, device, dist: _Dist, features) -> tuple[float | None, float | None]:
+        if data is None:
+            return None, None
+        model.eval()
+        sums = np.zeros(3)
+        for pair_ids in _shard(task_batches(data.index, max(cfg.batch_size, 64), seed=0, epoch=0, shuffle=False), dist, pad=False):
+            loss, correct = self._loss(model, data, pair_ids, cfg, device, features)
+            sums += (float(loss) * len(pair_ids), float(correct), len(pair_ids))
+        loss_sum, correct_sum, n = dist.sum(list(sums), device)
+        return loss_sum / n, correct_sum / n
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _fit_tokenizer(model: BradleyTerryModel, train_df: pd.DataFrame, dist: _Dist) -> None:
+        """Fit the scratch tokenizer on the training texts; under torchrun rank 0 fits, all get its copy."""
+        if dist.main:
+            model.fit_tokenizer(list(dict.fromkeys([*train_df["prompt"], *train_df["chosen"], *train_df["rejected"]])))
+        if dist.world > 1:
+            box = [model.tokenizer.to_str() if dist.main else None]
+            torch.distributed.broadcast_object_list(box, src=0)
+            if not dist.main:
+                model.tokenizer = tokenizer_from_json(box[0])
+
+    @torch.no_grad()
+    def _features(self, data: _Encoded | None, device) -> Tensor | None:
+        """Pooled features of every candidate of a frozen encoder, computed once (eval mode)."""
+        if data is None:
+            return None
+        model, out = self.model, []
+        model.eval()
+        idx = data.index
+        for lo in range(0, idx.num_candidates, 256):
+            cands = np.arange(lo, min(lo + 256, idx.num_candidates))
+            prompts, local = np.unique(idx.cand_prompt[cands], return_inverse=True)
+            batch = model.pack(
+                [data.prompt_ids[p] for p in prompts], [data.action_ids[a] for a in idx.cand_action[cands]], local.reshape(-1).tolist()
+            )
+            out.append(model.features(batch.to(device)).float())
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def _reward_stats(self, model: BradleyTerryModel, data: _Encoded, device) -> tuple[float, float]:
+        idx = data.index
+        cands = np.arange(idx.num_candidates)
+        if len(cands) > _STATS_SAMPLE:
+            cands = np.sort(np.random.default_rng(self.config.seed).choice(cands, _STATS_SAMPLE, replace=False))
+        prompts = [idx.prompts[p] for p in idx.cand_prompt[cands]]
+        actions = [idx.actions[a] for a in idx.cand_action[cands]]
+        rewards = model.score(prompts, actions, batch_size=128).double()
+        std = float(rewards.std()) if len(rewards) > 1 else 1.0
+        return float(rewards.mean()), std if std > 0 else 1.0
+
+    def _wrap(self, model: nn.Module, dist: _Dist, device: torch.device) -> nn.Module:
+        if dist.world == 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    @staticmethod
+    def _autocast(cfg: TrainConfig, device: torch.device):
+        bf16 = cfg.precision == "bf16" or (
+            cfg.precision == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
+        )
+        if bf16 and device.type != "cuda":
+            raise ConfigError("precision='bf16' needs a CUDA device; use 'auto' or 'fp32' on CPU")
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+    def _progress(self, steps, epoch: int, epochs: int, dist: _Dist):
+        if not (self.progress and dist.main):
+            return steps
+        from tqdm.auto import tqdm
+
+        return tqdm(steps, desc=f"epoch {epoch}/{epochs}", unit="step", leave=False, dynamic_ncols=True)
+
+    def _checkpoint_path(self, name: str) -> Path | None:
+        return None if self.checkpoint_dir is None else self.checkpoint_dir / name
+
+    def _save_checkpoint(self, model, optimizer, schedule, state, fingerprint, cfg, dist, *, improved: bool) -> None:
+        if self.checkpoint_dir is None:
+            return
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if improved:
+            model.save(self.checkpoint_dir / BEST_CHECKPOINT)
+        tensors, groups = _optimizer_tensors(optimizer)
+        meta = {
+            "epoch": state.history[-1].epoch,
+            "step": state.step,
+            "best_epoch": state.best_epoch,
+            "best_val_loss": state.best_val_loss,
+            "best_val_accuracy": state.best_val_accuracy,
+            "bad_evals": state.bad_evals,
+            "history": [asdict(r) for r in state.history],
+            "data_hash": fingerprint,
+            "world_size": dist.world,
+            "train_config": cfg.model_dump(mode="json"),
+            "optimizer_groups": groups,
+            "schedule": schedule.state_dict(),
+        }
+        model._write(
+            self.checkpoint_dir / LAST_CHECKPOINT, extra_tensors=tensors, extra_metadata={"trainer_state": json.dumps(meta)}
+        )
+
+    def _restore_best(self, model: BradleyTerryModel, state: _LoopState) -> None:
+        best = self._checkpoint_path(BEST_CHECKPOINT)
+        if state.best_weights is not None:
+            model.load_state_dict(state.best_weights)
+        elif best is not None and best.is_file() and state.best_epoch:
+            model.load_weights(best)
+
+    def _diverged(self, loss: float, grad_norm: float, epoch: int, state: _LoopState, optimizer) -> TrainingError:
+        lr = optimizer.param_groups[0]["lr"]
+        ckpt = self._checkpoint_path(LAST_CHECKPOINT)
+        if ckpt is not None and ckpt.is_file():
+            kept = f"the last good checkpoint is kept at {ckpt} (epoch {state.history[-1].epoch if state.history else '?'}); resume from it with resume=True"
+        else:
+            kept = "no checkpoint was written yet"
+        return TrainingError(
+            f"training diverged at epoch {epoch}, step {state.step + 1}: loss {loss}, gradient norm {grad_norm} "
+            f"(learning rate {lr:.3g}). The update was not applied; {kept}. Lower the learning rate or "
+            "check the pairs (margins, empty texts)."
+        )
+
+    def _params(self, cfg, frame, train: _Encoded, val: _Encoded | None, fingerprint: str) -> dict[str, Any]:
+        return {
+            "model": self.model.config.model_dump(mode="json"),
+            "train": cfg.model_dump(mode="json") | {"lr": cfg.lr or self.model.lr},
+            "data_hash": fingerprint,
+            "pairs": len(frame),
+            "train_pairs": len(train.index),
+            "val_pairs": 0 if val is None else len(val.index),
+            "train_candidates": train.index.num_candidates,
+        }
+
+    def _manifest(self, result: TrainResult, cfg, frame, train_df, val_df) -> dict[str, Any]:
+        from orchrm import __version__
+
+        return {
+            "orchrm_version": __version__,
+            "data_hash": result.data_hash,
+            "train_pairs": result.train_pairs,
+            "val_pairs": result.val_pairs,
+            "train_tasks": int(train_df["task_id"].nunique()),
+            "val_tasks": int(val_df["task_id"].nunique()) if len(val_df) else 0,
+            "domains": {str(k): int(v) for k, v in frame["domain"].value_counts().sort_index().items()},
+            "granularity": {str(k): int(v) for k, v in frame["granularity"].value_counts().sort_index().items()},
+            "epochs_run": len(result.history),
+            "best_epoch": result.best_epoch,
+            "best_val_loss": result.best_val_loss,
+            "best_val_accuracy": result.best_val_accuracy,
+            "train_config": cfg.model_dump(mode="json") | {"lr": cfg.lr or self.model.lr},
+        }
+
+
+@dataclass
+class _LoopState:
+    """Where the loop stands; all of it goes into ``last.safetensors``."""
+
+    epoch: int = 0
+    step: int = 0
+    best_epoch: int = 0
+    best_val_loss: float | None = None
+    best_val_accuracy: float | None = None
+    bad_evals: int = 0
+    stopped_early: bool = False
+    history: list[EpochRecord] = field(default_factory=list)
+    best_weights: dict[str, Tensor] | None = None
+    optimizer_state: tuple[dict[str, Tensor], list, dict] | None = None
+
+    def observe(self, record: EpochRecord, cfg: TrainConfig) -> bool:
+        """Update the early-stopping state with an evaluated epoch; True if it is the new best."""
+        if record.val_loss is None:  # nothing to validate on: the latest epoch is the best
+            self.best_epoch = record.epoch
+            return True
+        if self.best_val_loss is None or record.val_loss < self.best_val_loss - cfg.min_delta:
+            self.best_epoch, self.best_val_loss, self.best_val_accuracy = record.epoch, record.val_loss, record.val_accuracy
+            self.bad_evals = 0
+            return True
+        self.bad_evals += 1
+        return False
+
+    @classmethod
+    def from_checkpoint(cls, reader: ModelFile, *, fingerprint: str, cfg: TrainConfig, world: int) -> _LoopState:
+        try:
+            meta = json.loads(reader.metadata["trainer_state"])
+        except KeyError:
+            raise TrainingError(f"{reader.path} is a model file, not a training checkpoint (no trainer state)") from None
+        if meta["data_hash"] != fingerprint:
+            raise TrainingError(
+                f"checkpoint {reader.path} was trained on other pairs (data hash {meta['data_hash']}, now "
+                f"{fingerprint}); resume with the same pair table or start a new output directory"
+            )
+        saved = meta["train_config"]
+        for key in ("batch_size", "seed", "lr", "lr_schedule", "warmup_ratio", "weight_decay"):
+            if saved.get(key) != cfg.model_dump(mode="json").get(key):
+                raise TrainingError(f"checkpoint {reader.path} used {key}={saved.get(key)!r}, now {key}={cfg.model_dump(mode='json').get(key)!r}; resume needs the same settings")
+        if meta["world_size"] != world:
+            raise TrainingError(f"checkpoint {reader.path} was written by {meta['world_size']} processes, now {world}; resume with the same number")
+        state = cls(
+            epoch=meta["epoch"],
+            step=meta["step"],
+            best_epoch=meta["best_epoch"],
+            best_val_loss=meta["best_val_loss"],
+            best_val_accuracy=meta["best_val_accuracy"],
+            bad_evals=meta["bad_evals"],
+            history=[EpochRecord(**r) for r in meta["history"]],
+        )
+        best = reader.path.parent / BEST_CHECKPOINT
+        if best.is_file():
+            state.best_weights = ModelFile(best).tensors(prefix_excluded="trainer.")
+        state.optimizer_state = (reader.tensors(prefix="trainer.optim."), meta["optimizer_groups"], meta["schedule"])
+        return state
+
+    def restore_optimizer(self, optimizer: torch.optim.Optimizer, schedule) -> None:
+        if self.optimizer_state is None:
+            return
+        tensors, groups, sched = self.optimizer_state
+        per_param: dict[int, dict[str, Tensor]] = {}
+        for key, value in tensors.items():
+            pid, name = key.split(".", 1)
+            per_param.setdefault(int(pid), {})[name] = value
+        optimizer.load_state_dict({"state": per_param, "param_groups": groups})
+        schedule.load_state_dict(sched)
+        self.optimizer_state = None
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], list]:
+    sd = optimizer.state_dict()
+    tensors = {}
+    for pid, st in sd["state"].items():
+        for name, value in st.items():
+            tensors[f"trainer.optim.{pid}.{name}"] = torch.as_tensor(value).detach().to("cpu", copy=True).contiguous()
+    return tensors, json.loads(json.dumps(sd["param_groups"]))
+
+
+# --------------------------------------------------------------------------------------------
+# verbs
+
+
+def fit(
+    pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike,
+    model_config: ModelConfig | None = None,
+    train_config: TrainConfig | None = None,
+    *,
+    model: BradleyTerryModel | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    callbacks: Sequence[TrainCallback] = (),
+    resume: bool = False,
+    progress: bool = True,
+    device: str | torch.device | None = None,
+) -> TrainResult:
+    """Build a model from ``model_config`` (or take ``model``) and train it; ``result.model`` holds it."""
+    train_config = train_config or TrainConfig()
+    if model is None:
+        model = BradleyTerryModel(config=model_config or ModelConfig(), lr=train_config.lr or 1e-4)
+    trainer = Trainer(
+        model, config=train_config, checkpoint_dir=checkpoint_dir, callbacks=callbacks, device=device, progress=progress
+    )
+    return trainer.train(pairs, resume=resume)
+
+
+def train_from_file(
+    pairs_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    resume: bool = False,
+    callbacks: Sequence[TrainCallback] = (),
+    progress: bool = True,
+) -> TrainResult:
+    """``orchrm train``: fit on a pair table, write ``out_dir/model.safetensors`` and
+    ``out_dir/train_result.json`` (rank 0), checkpoints under ``out_dir/checkpoints``."""
+    out = Path(out_dir)
+    result = fit(
+        pairs_path,
+        model_config,
+        train_config,
+        checkpoint_dir=out / "checkpoints",
+        callbacks=callbacks,
+        resume=resume,
+        progress=progress,
+    )
+    result.model_path = str(out / MODEL_FILE)
+    if int(os.environ.get("RANK", "0")) == 0:
+        result.model.save(out / MODEL_FILE)
+        payload = json.dumps(result.to_dict(), indent=2).encode()
+        atomic_write_bytes(out / "train_result.json", lambda tmp: Path(tmp).write_bytes(payload))
+    return result

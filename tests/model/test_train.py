@@ -1,0 +1,284 @@
+"""Trainer: learning, determinism, checkpoints and exact resume, divergence, small data, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from orchrm import BradleyTerryModel, Trainer
+from orchrm.cli import main as cli_main
+from orchrm.config import ModelConfig, TrainConfig
+from orchrm.errors import ConfigError, TraceSchemaError, TrainingError
+from orchrm.train import LAST_CHECKPOINT, TrainCallback, TrainResult, fit
+
+SMALL = dict(batch_size=16, lr=3e-3, progress=False)
+
+
+def _weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def small_pairs(pairs):
+    """8 training and 3 validation tasks of the synthetic pairs (loop tests take a second or two)."""
+    tasks = pairs.groupby("split")["task_id"].unique()
+    keep = set(sorted(tasks["train"])[:8]) | set(sorted(tasks["val"])[:3])
+    return pairs[pairs["task_id"].isin(keep)].reset_index(drop=True)
+
+
+def test_training_lowers_the_loss_and_changes_every_trainable_parameter(small_pairs, tiny_model_kwargs):
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    model.fit_tokenizer(list(small_pairs["prompt"]) + list(small_pairs["chosen"]) + list(small_pairs["rejected"]))
+    before = _weights(model)
+    result = Trainer(model=model, **SMALL).train(pairs=small_pairs, epochs=6)
+    assert isinstance(result, TrainResult) and len(result.history) == 6
+    assert result.losses[-1] < 0.5 * result.losses[0]
+    assert result.val_losses[-1] < result.val_losses[0] and result.val_accuracies[-1] > 0.8
+    for name, p in model.named_parameters():
+        assert p.requires_grad and not torch.equal(p.detach(), before[name]), f"{name} did not change"
+    assert result.pairs_per_second > 0 and result.steps > 0
+    assert "val_loss" in str(result) and "best epoch" in str(result)
+
+
+def test_same_seed_same_model(small_pairs, tiny_model_kwargs):
+    kwargs = tiny_model_kwargs | {"dropout": 0.1}  # dropout makes the RNG matter
+    runs = []
+    for _ in range(2):
+        model = BradleyTerryModel(**kwargs)
+        Trainer(model=model, **SMALL).train(pairs=small_pairs, epochs=2)
+        runs.append(_weights(model))
+    for k in runs[0]:
+        assert torch.equal(runs[0][k], runs[1][k]), k
+
+
+class _Crash(TrainCallback):
+    """Simulates a killed job right after the checkpoint of epoch ``at``."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_eval(self, record, model):
+        if record.epoch == self.at:
+            raise KeyboardInterrupt
+
+
+def test_resume_from_checkpoint_reproduces_an_uninterrupted_run(small_pairs, tiny_model_kwargs, tmp_path):
+    kwargs = tiny_model_kwargs | {"dropout": 0.1}
+    settings = SMALL | {"patience": 10}
+    full = BradleyTerryModel(**kwargs)
+    full_result = Trainer(model=full, checkpoint_dir=tmp_path / "full", **settings).train(pairs=small_pairs, epochs=4)
+
+    crashed = BradleyTerryModel(**kwargs)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(model=crashed, checkpoint_dir=tmp_path / "resumed", callbacks=[_Crash(at=2)], **settings).train(
+            pairs=small_pairs, epochs=4
+        )
+    resumed = BradleyTerryModel(**kwargs)  # a fresh process: unfitted tokenizer, new weights
+    result = Trainer(model=resumed, checkpoint_dir=tmp_path / "resumed", **settings).train(
+        pairs=small_pairs, epochs=4, resume=True
+    )
+    for k, v in _weights(full).items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+    strip = lambda rs: [(r.epoch, r.step, r.train_loss, r.train_accuracy, r.val_loss, r.val_accuracy, r.lr) for r in rs]  # noqa: E731
+    assert strip(result.history) == strip(full_result.history)
+    assert result.best_epoch == full_result.best_epoch
+
+
+def test_resume_refuses_other_pairs_or_settings(small_pairs, pairs, tiny_model_kwargs, tmp_path):
+    Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(pairs=small_pairs, epochs=1)
+    with pytest.raises(TrainingError, match="trained on other pairs"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(
+            pairs=pairs, epochs=2, resume=True
+        )
+    with pytest.raises(TrainingError, match="batch_size=16, now batch_size=8"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **(SMALL | {"batch_size": 8})).train(
+            pairs=small_pairs, epochs=2, resume=True
+        )
+
+
+class _Poison(TrainCallback):
+    """After the checkpoint of epoch 1, corrupt a weight the way a diverging update would."""
+
+    def __init__(self, checkpoint):
+        self.checkpoint = checkpoint
+        self.saved = None
+
+    def on_eval(self, record, model):
+        self.saved = self.checkpoint.read_bytes()
+        with torch.no_grad():
+            model.head[3].weight.fill_(float("nan"))
+
+
+def test_nan_loss_stops_with_an_error_and_keeps_the_last_good_checkpoint(small_pairs, tiny_model_kwargs, tmp_path):
+    poison = _Poison(tmp_path / LAST_CHECKPOINT)
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    with pytest.raises(TrainingError, match=r"diverged at epoch 2.*last good checkpoint is kept.*epoch 1"):
+        Trainer(model=model, checkpoint_dir=tmp_path, callbacks=[poison], **SMALL).train(pairs=small_pairs, epochs=3)
+    assert (tmp_path / LAST_CHECKPOINT).read_bytes() == poison.saved
+    good = BradleyTerryModel.load(tmp_path / LAST_CHECKPOINT)  # a checkpoint is also a model file
+    assert torch.isfinite(good.score(small_pairs["prompt"][:4].tolist(), small_pairs["chosen"][:4].tolist())).all()
+
+
+def test_early_stopping_restores_the_best_weights(small_pairs, tiny_model_kwargs):
+    # validation pairs whose labels contradict the training signal: val loss rises as training works
+    flipped = small_pairs.copy()
+    val = flipped["split"] == "val"
+    flipped.loc[val, ["chosen", "rejected"]] = flipped.loc[val, ["rejected", "chosen"]].to_numpy()
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    result = Trainer(model=model, patience=2, **SMALL).train(pairs=flipped, epochs=12)
+    assert result.stopped_early and len(result.history) < 12
+    assert result.best_epoch == min(range(len(result.history)), key=lambda i: result.history[i].val_loss) + 1
+    val_rows = flipped[val]
+    prompts, chosen, rejected = val_rows["prompt"].tolist(), val_rows["chosen"].tolist(), val_rows["rejected"].tolist()
+    r_c, r_r = model.score(prompts, chosen), model.score(prompts, rejected)
+    margin = torch.tensor(val_rows["margin"].to_numpy(), dtype=torch.float32)
+    best_loss = torch.nn.functional.softplus(-(r_c - r_r - margin)).mean().item()
+    assert best_loss == pytest.approx(result.best_val_loss, rel=1e-4)
+
+
+def test_callbacks_see_the_run(small_pairs, tiny_model_kwargs):
+    class Recorder(TrainCallback):
+        def __init__(self):
+            self.events = []
+
+        def on_train_begin(self, params):
+            self.events.append(("begin", params["train_pairs"], params["data_hash"]))
+
+        def on_log(self, step, metrics):
+            self.events.append(("log", step, sorted(metrics)))
+
+        def on_eval(self, record, model):
+            self.events.append(("eval", record.epoch))
+
+        def on_train_end(self, result):
+            self.events.append(("end", result.best_epoch))
+
+    rec = Recorder()
+    result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), callbacks=[rec], log_interval=2, **SMALL).train(
+        pairs=small_pairs, epochs=2
+    )
+    kinds = [e[0] for e in rec.events]
+    assert kinds[0] == "begin" and kinds[-1] == "end" and kinds.count("eval") == 2
+    assert rec.events[0][1] == result.train_pairs and rec.events[0][2] == result.data_hash
+    assert ("log", 2, ["grad_norm", "loss", "lr"]) in rec.events
+
+
+def test_eval_interval_skips_validation_but_always_validates_the_last_epoch(small_pairs, tiny_model_kwargs):
+    result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), **SMALL).train(pairs=small_pairs, epochs=3, eval_interval=2)
+    assert [r.val_loss is not None for r in result.history] == [False, True, True]
+
+
+# --- data shapes ---------------------------------------------------------------------------------
+
+
+def test_design_section_12_call_on_a_few_pairs_of_one_task(tmp_path, monkeypatch):
+    """A handful of list-of-dict pairs of one task (what one executor run yields) trains and saves."""
+    q = "Solve: integral of x^2 from 0 to 1"
+    plans = ['<agent id="a1" type="CoT" model="small"/>', '<agent id="a1" type="SelfConsistency" model="large" k="5"/>',
+             '<agent id="a1" type="Reflexion" model="large" iterations="2"/>']
+    win_loss_pairs = [dict(prompt=q, chosen=plans[1], rejected=plans[0], margin=0.5),
+                      dict(prompt=q, chosen=plans[2], rejected=plans[0], margin=0.3)]
+    model = BradleyTerryModel(hidden_dim=32, num_layers=1, num_heads=2, lr=1e-3)
+    trainer = Trainer(model=model, batch_size=32, progress=False)
+    result = trainer.train(pairs=win_loss_pairs, epochs=10, eval_interval=1)
+    assert result.train_pairs == 2 and result.val_pairs == 0 and result.best_val_loss is None
+    monkeypatch.chdir(tmp_path)
+    model.save("orchrm_reward_model.pt")
+    loaded = BradleyTerryModel.load("orchrm_reward_model.pt")
+    scores = loaded.score(q, plans)
+    assert scores[1] > scores[0] and scores[2] > scores[0]
+
+
+def test_zero_pairs_is_a_clear_error(tiny_model_kwargs):
+    empty = pd.DataFrame(columns=["prompt", "chosen", "rejected"])
+    with pytest.raises(TraceSchemaError, match="no pairs to train on"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=empty)
+    with pytest.raises(TraceSchemaError, match="no pairs to train on"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=[])
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([dict(prompt="q", chosen="a")], r"lacks column\(s\) \['rejected'\]"),
+        ([dict(prompt="q", chosen="a", rejected="a")], "chosen == rejected"),
+        ([dict(prompt="q", chosen="a", rejected="b", margin=float("nan"))], "finite number"),
+    ],
+)
+def test_bad_pair_tables_name_the_problem(rows, message, tiny_model_kwargs):
+    with pytest.raises(TraceSchemaError, match=message):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=rows)
+
+
+def test_pairs_without_a_train_split_train_on_every_row_with_a_warning(tiny_model_kwargs, caplog):
+    rows = [dict(task_id="t1", prompt="q", chosen="plan a b", rejected="plan c d", split="test", margin=0.2)] * 3
+    with caplog.at_level("WARNING", logger="orchrm.train"):
+        result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=rows, epochs=1)
+    assert result.train_pairs == 3 and "no pairs with split == 'train'" in caplog.text
+
+
+def test_orchrm_dataset_format_and_missing_val_split_are_accepted(small_pairs, tiny_model_kwargs):
+    own = small_pairs[["prompt", "chosen", "rejected", "source"]].rename(columns={"prompt": "input"})
+    result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), **SMALL).train(pairs=own, epochs=1)
+    assert result.val_pairs > 0 and result.train_pairs + result.val_pairs == len(own)  # ~10% of tasks held out
+
+
+def test_bad_trainer_settings_name_the_field(tiny_model_kwargs):
+    with pytest.raises(ConfigError, match="batch_size"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), batch_size=0)
+    with pytest.raises(ConfigError, match="needs a CUDA device"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), precision="bf16", device="cpu", progress=False).train(
+            pairs=[dict(prompt="q", chosen="a b", rejected="c d")]
+        )
+
+
+def test_frozen_encoder_trains_only_the_head_on_cached_features(small_pairs, tiny_model_kwargs):
+    model = BradleyTerryModel(**tiny_model_kwargs, train_layers=0)
+    model.fit_tokenizer(list(small_pairs["prompt"]) + list(small_pairs["chosen"]) + list(small_pairs["rejected"]))
+    before = _weights(model)
+    result = Trainer(model=model, **SMALL).train(pairs=small_pairs, epochs=3)
+    assert result.losses[-1] < result.losses[0]
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]) == name.startswith("encoder."), name
+
+
+def test_fit_verb_builds_the_model_from_configs(small_pairs, tiny_model_kwargs):
+    result = fit(small_pairs, ModelConfig(**tiny_model_kwargs), TrainConfig(epochs=1, batch_size=16, lr=2e-3), progress=False)
+    assert result.model is not None and result.model.lr == 2e-3 and len(result.history) == 1
+
+
+def test_cli_train_writes_model_and_result(small_pairs, tmp_path, capsys):
+    from orchrm.traces import write_table
+
+    write_table(small_pairs, tmp_path / "pairs.parquet")
+    (tmp_path / "tiny.yaml").write_text(
+        "model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300}\n"
+        "train: {batch_size: 16, lr: 3.0e-3}\n"
+    )
+    argv = ["train", "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(tmp_path / "out"),
+            "--epochs", "2", "--config", str(tmp_path / "tiny.yaml")]
+    assert cli_main(argv) == 0
+    assert "best epoch" in capsys.readouterr().out
+    model = BradleyTerryModel.load(tmp_path / "out")
+    assert model.config.hidden_dim == 32 and model.manifest["train_pairs"] > 0
+    summary = json.loads((tmp_path / "out" / "train_result.json").read_text())
+    assert len(summary["history"]) == 2 and summary["model_path"].endswith("model.safetensors")
+    assert (tmp_path / "out" / "checkpoints" / LAST_CHECKPOINT).is_file()
+    # --resume continues from the checkpoint to a longer run
+    assert cli_main(argv[:-4] + ["--epochs", "3", "--config", str(tmp_path / "tiny.yaml"), "--resume"]) == 0
+    summary = json.loads((tmp_path / "out" / "train_result.json").read_text())
+    assert [r["epoch"] for r in summary["history"]] == [1, 2, 3]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_bf16_training_and_fp32_scoring(small_pairs, tiny_model_kwargs, tmp_path):
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    result = Trainer(model=model, device="cuda", precision="auto", **SMALL).train(pairs=small_pairs, epochs=3)
+    assert model.device.type == "cuda" and result.losses[-1] < result.losses[0]
+    prompts, actions = small_pairs["prompt"][:6].tolist(), small_pairs["chosen"][:6].tolist()
+    on_cpu = BradleyTerryModel.load(model.save(tmp_path / "m.pt")).score(prompts, actions)
+    torch.testing.assert_close(model.score(prompts, actions), on_cpu, rtol=1e-4, atol=1e-4)
