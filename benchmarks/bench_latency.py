@@ -5,9 +5,9 @@ plans of one task, the test-time-scaling call), p50 over many tasks and repetiti
 (tokenizing included). Beside it, the *compute limit* of the same work: the forward pass's FLOPs
 (counted from the real token counts: linear layers 2 * tokens * in * out, attention 2 * 2 * Lq *
 Lk * width per row, the head) divided by the rate this machine reaches on a large fp32 matmul
-(2048 x 2048), measured in the same run. On a shared machine the load changes under us, so each
-latency sample is paired with a matmul-rate sample taken right before it and the reported ratio is
-the median of the per-sample ratios. Targets (issue 4): within 1.3x of the limit, and at most 30 ms
+(1024 x 1024), measured in the same run. On a shared machine the load changes under us, so the
+rate is sampled again before every round of calls and each call's ratio uses its round's rate; the
+reported ratio is the median of the per-call ratios. Targets (issue 4): within 1.3x of the limit, and at most 30 ms
 for the default model.
 
 Also timed, for scale: a plain 3-layer 256-wide BERT (joint) and MiniLM on 8 x 64-token inputs.
@@ -32,6 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.encoders import TokenBatch  # noqa: E402
@@ -84,33 +85,63 @@ def matmul_rate(n: int = 2048, reps: int = 3) -> float:
 
 
 def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int) -> dict:
-    """p50 latency of ``model.score(question, plans)`` and the median ratio to the compute limit."""
+    """p50 latency of ``model.score(question, plans)`` and the median ratio to the compute limit.
+
+    The scoring calls of a round run back to back, as a server scoring one request after another
+    would; the matmul rate is sampled between rounds (sampling it before every call would evict
+    the model's weights from the cache and time a cold model).
+    """
     model.eval()
     for q, plans in cases[:3]:
         model.score(q, plans)
-    lat, ratios, limits, flops_all, tokens = [], [], [], [], []
+    batches = [model.pack(model.tokenize([q]), model.tokenize(plans), [0] * len(plans)) for q, plans in cases]
+    flops = [batch_flops(model, b) for b in batches]
+    lat, ratios, limits = [], [], []
     for _ in range(rounds):
-        for q, plans in cases:
-            batch = model.pack(model.tokenize([q]), model.tokenize(plans), [0] * len(plans))
-            flops = batch_flops(model, batch)
-            rate = matmul_rate(1024, reps=1)
+        rate = matmul_rate(1024, reps=3)
+        for (q, plans), f in zip(cases, flops, strict=True):
             t = time.perf_counter()
             model.score(q, plans)
             dt = time.perf_counter() - t
             lat.append(dt)
-            limits.append(flops / rate)
-            ratios.append(dt / (flops / rate))
-            flops_all.append(flops)
-            tokens.append(batch.num_tokens)
+            limits.append(f / rate)
+            ratios.append(dt / (f / rate))
     return {
         "p50_ms": 1e3 * statistics.median(lat),
         "p90_ms": 1e3 * statistics.quantiles(lat, n=10)[-1],
         "limit_ms": 1e3 * statistics.median(limits),
         "ratio_to_limit": statistics.median(ratios),
-        "gflop": statistics.median(flops_all) / 1e9,
-        "tokens": statistics.median(tokens),
+        "gflop": statistics.median(flops) / 1e9,
+        "tokens": statistics.median(b.num_tokens for b in batches),
         "samples": len(lat),
     }
+
+
+def linear_floor(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int) -> dict:
+    """p50 time of the forward pass's matrix products alone (same shapes, back to back), for scale.
+
+    What no implementation of this model at these token counts can go below with this machine's
+    fp32 matmul kernels: the gap between it and ``score`` is attention, GELU, LayerNorm and
+    bookkeeping; the gap between it and the limit is how much slower small matmuls run than a
+    1024 x 1024 one.
+    """
+    cfg = model.encoder.config
+    h, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    shapes = [(3 * h, h), (h, h), (inter, h), (h, inter)] * layers
+    weights = [(torch.randn(o, i), torch.randn(o)) for o, i in shapes]
+    head = (torch.randn(model.config.hidden_dim, h), torch.randn(model.config.hidden_dim))
+    sizes = [model.pack(model.tokenize([q]), model.tokenize(p), [0] * len(p)) for q, p in cases]
+    inputs = [(torch.randn(b.num_tokens, h), torch.randn(b.num_tokens, inter), torch.randn(b.num_actions, h)) for b in sizes]
+    times = []
+    with torch.inference_mode():
+        for _ in range(rounds):
+            for x, xi, pooled in inputs:
+                t = time.perf_counter()
+                for w, b in weights:
+                    F.linear(xi if w.shape[1] == inter else x, w, b)
+                F.linear(pooled, *head)
+                times.append(time.perf_counter() - t)
+    return {"p50_ms": 1e3 * statistics.median(times)}
 
 
 def synthetic_cases(model: BradleyTerryModel, n_tasks: int, length: int = 64) -> list[tuple[str, list[str]]]:
@@ -161,12 +192,14 @@ def main() -> int:
         torch.set_num_threads(threads)
         for name, model, run_cases, note in runs:
             r = measure(model, run_cases, rounds=args.rounds)
+            if model is default and note.startswith("sandbox"):
+                r["matmuls_only_ms"] = linear_floor(model, run_cases, rounds=args.rounds)["p50_ms"]
             rows.append({"threads": threads, "model": name, "inputs": note, **r})
             print(f"{threads}t {name:40s} {note:28s} p50 {r['p50_ms']:7.2f} ms  limit {r['limit_ms']:7.2f} ms  "
                   f"ratio {r['ratio_to_limit']:.2f}  tokens {r['tokens']:.0f}", file=sys.stderr)
 
     defaults = [r for r in rows if r["model"].startswith("default")]
-    meets = {r["threads"]: r["ratio_to_limit"] <= TARGET_RATIO and r["p50_ms"] <= TARGET_DEFAULT_MS for r in defaults}
+    meets = {r["threads"]: {"p50": r["p50_ms"] <= TARGET_DEFAULT_MS, "ratio": r["ratio_to_limit"] <= TARGET_RATIO} for r in defaults}
     result = {
         "benchmark": "scoring latency, 8 candidates of one task (CPU, fp32)",
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
@@ -184,7 +217,7 @@ def main() -> int:
         "",
         f"`model.score(question, plans)` end to end (tokenizing included), p50 over {len(cases)} sandbox tasks "
         f"x {args.rounds} rounds. Limit = the forward pass's FLOPs (real tokens) / the rate of a 1024x1024 fp32 "
-        "matmul timed right before each call, with the same thread count; ratio = median of per-call latency / "
+        "matmul timed before each round of calls, with the same thread count; ratio = median of per-call latency / "
         f"limit. Machine: {os.cpu_count()} CPUs, shared with other jobs (load average at the end "
         f"{os.getloadavg()[0]:.1f}).",
         "",
@@ -194,8 +227,15 @@ def main() -> int:
     for r in rows:
         lines.append(f"| {r['threads']} | {r['model']} | {r['inputs']} | {r['tokens']:.0f} | {r['gflop']:.2f} | "
                      f"{r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['limit_ms']:.1f} | {r['ratio_to_limit']:.2f} |")
-    verdict = ", ".join(f"{t} thread(s): {'met' if ok else 'not met'}" for t, ok in meets.items())
-    lines += ["", f"Targets for the default model: ratio <= {TARGET_RATIO}, p50 <= {TARGET_DEFAULT_MS:.0f} ms. {verdict}."]
+    lines += ["", f"Targets for the default model: p50 <= {TARGET_DEFAULT_MS:.0f} ms and ratio <= {TARGET_RATIO}.", ""]
+    for r in defaults:
+        ok = meets[r["threads"]]
+        floor = r["matmuls_only_ms"]
+        lines.append(
+            f"- {r['threads']} thread(s): p50 {r['p50_ms']:.1f} ms ({'met' if ok['p50'] else 'not met'}); ratio "
+            f"{r['ratio_to_limit']:.2f} ({'met' if ok['ratio'] else 'not met'}). The forward pass's matrix products "
+            f"alone, same shapes, back to back: {floor:.1f} ms = {floor / r['limit_ms']:.2f}x the limit."
+        )
     (args.out / "latency.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
