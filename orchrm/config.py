@@ -126,7 +126,12 @@ class ModelConfig(_Frozen):
     #: scratch tokenizer: ``whitespace`` keeps ``type="WebSearch"`` whole (plan lines become ~5
     #: tokens instead of ~25); ``bert`` splits punctuation like BERT's tokenizer
     pretokenizer: Literal["whitespace", "bert"] = "whitespace"
+    #: dropout on hidden states and in the head
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    #: dropout on attention probabilities; at 0 PyTorch's fused attention kernel also runs in
+    #: training, without it attention falls back to explicit matrices and random masks (on the
+    #: CPU that is most of a training step)
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     #: encoder layers to train, counted from the top: None = all (and the embeddings), 0 = the
     #: encoder is frozen (its features are computed once per text and cached by the Trainer)
     train_layers: int | None = Field(None, ge=0)

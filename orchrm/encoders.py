@@ -152,8 +152,9 @@ def _drop_pooler(model: nn.Module) -> nn.Module:
     return model
 
 
-def _set_dropout(hf_config: Any, p: float) -> None:
-    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+def _set_dropout(hf_config: Any, hidden: float, attention: float) -> None:
+    for name, p in (("hidden_dropout_prob", hidden), ("dropout", hidden),
+                    ("attention_probs_dropout_prob", attention), ("attention_dropout", attention)):
         if hasattr(hf_config, name):
             setattr(hf_config, name, p)
 
@@ -171,7 +172,7 @@ def build_scratch_encoder(cfg: ModelConfig) -> nn.Module:
         max_position_embeddings=cfg.max_length,
         type_vocab_size=2,
         hidden_dropout_prob=cfg.dropout,
-        attention_probs_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.attention_dropout,
         pad_token_id=0,
     )
     with _quiet_transformers():
@@ -185,7 +186,7 @@ def load_pretrained_encoder(spec: str, cfg: ModelConfig) -> tuple[nn.Module, Any
     path = encoder_dir(spec)
     with _quiet_transformers():
         hf_config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-        _set_dropout(hf_config, cfg.dropout)
+        _set_dropout(hf_config, cfg.dropout, cfg.attention_dropout)
         model = AutoModel.from_pretrained(path, config=hf_config, dtype=torch.float32, trust_remote_code=False)
         hf_tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     backend = getattr(hf_tok, "backend_tokenizer", None)

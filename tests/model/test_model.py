@@ -63,6 +63,16 @@ def test_same_seed_same_initial_weights_and_global_rng_untouched():
     assert not torch.equal(a.head[1].weight, c.head[1].weight)
 
 
+@pytest.mark.parametrize("encoder", ["scratch", "minilm"])
+def test_hidden_and_attention_dropout_are_set_separately(encoder):
+    model = BradleyTerryModel(encoder=encoder, dropout=0.2, attention_dropout=0.05)
+    assert model.encoder.config.hidden_dropout_prob == 0.2
+    assert model.encoder.config.attention_probs_dropout_prob == 0.05
+    assert model.head[0].p == 0.2
+    # the default keeps attention dropout off, so training runs the fused attention kernel
+    assert BradleyTerryModel(encoder=encoder).encoder.config.attention_probs_dropout_prob == 0.0
+
+
 def test_tokenizer_training_is_deterministic_and_keeps_plan_attributes_whole(pairs):
     texts = list(pairs["prompt"]) + list(pairs["chosen"])
     a, b = BradleyTerryModel(vocab_size=400), BradleyTerryModel(vocab_size=400)
