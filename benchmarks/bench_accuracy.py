@@ -194,7 +194,9 @@ def main() -> int:
         "collection": {"tasks_per_domain": args.tasks, "plans_per_task": 8, "seed": args.seed,
                        "pairs": int(len(pairs)), "splits": {k: int(v) for k, v in pairs["split"].value_counts().items()}},
         "epochs": args.epochs,
-        "command": "python benchmarks/bench_accuracy.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python benchmarks/bench_accuracy.py"] + [
+            f"--{k} {v}" for k, v in vars(args).items() if k not in ("out", "render") and v != ap.get_default(k)
+        ]),
         "runs": runs,
         "rows": rows,
     }
