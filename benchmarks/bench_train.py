@@ -167,7 +167,7 @@ def main() -> int:
         "benchmark": "OrchRM Trainer vs TRL RewardTrainer, MiniLM, CPU fp32",
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "torch": torch.__version__, "load_average": os.getloadavg()},
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "train_pairs": len(train), "train_tasks": int(train["task_id"].nunique()),
         "test_pairs": len(test), "test_tasks": int(test["task_id"].nunique()),
         "target": {"speedup": TARGET_SPEEDUP, "accuracy": "equal or better"},

@@ -83,7 +83,7 @@ def main() -> int:
         "device": torch.cuda.get_device_name(0) if cuda else "cpu (smoke test)",
         "torch": torch.__version__,
         "train_pairs": len(train), "train_tasks": int(train["task_id"].nunique()), "test_pairs": len(test),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"},
         "rows": rows,
     }
     if out_dir is None:
