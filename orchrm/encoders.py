@@ -349,14 +349,16 @@ class _Rows:
         return None if self.gather_index is None else self.valid
 
     @classmethod
-    def of(cls, lens: Tensor, offset: int) -> _Rows:
+    def of(cls, lens: Tensor, offset: int, starts: Tensor | None = None) -> _Rows:
+        """Rows of ``lens`` tokens laid end to end from ``offset``, or starting at ``starts``."""
         rows = lens.numel()
         width = int(lens.max()) if rows else 0
         col = torch.arange(width, device=lens.device)
         valid = col[None, :] < lens[:, None]
-        if rows == 0 or bool(valid.all()):  # equal lengths: padded view == packed, no copies
+        if starts is None and (rows == 0 or bool(valid.all())):  # equal lengths: padded view == packed, no copies
             return cls(offset, rows, width, valid, None, None)
-        starts = offset + torch.cumsum(lens, 0) - lens
+        if starts is None:
+            starts = offset + torch.cumsum(lens, 0) - lens
         gather = torch.where(valid, starts[:, None] + col[None, :], 0).reshape(-1)
         scatter = valid.reshape(-1).nonzero().squeeze(1)
         return cls(offset, rows, width, valid, gather, scatter)
@@ -404,6 +406,54 @@ def _fused_qkv(att: nn.Module) -> tuple[Tensor, Tensor]:
     return cached[1], cached[2]
 
 
+#: a bucket of action rows holds rows at most this many times longer than its shortest
+BUCKET_SPREAD = 2.0
+#: rows are bucketed only when one padded block would have at least this many slots and be
+#: at most this full; below that the extra attention calls cost more than the padding saves
+BUCKET_MIN_SLOTS = 1024
+BUCKET_MAX_FILL = 0.5
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    """Action rows of similar length, attended together (``index`` None: all rows, in order)."""
+
+    index: Tensor | None
+    rows: _Rows
+
+
+def _action_buckets(lens: Tensor, offset: int) -> tuple[list[_Bucket], Tensor | None]:
+    """Group action rows by length so attention pads each group only to its own longest row.
+
+    Returns the buckets and the permutation that puts the buckets' concatenated outputs back in
+    packed order (None when there is one bucket). A batch of plans (similar lengths) stays one
+    bucket; a training batch that mixes short plans with long artifacts splits, and attention
+    stops spending most of its work on padding.
+    """
+    n = lens.numel()
+    slots = n * int(lens.max()) if n else 0
+    if slots < BUCKET_MIN_SLOTS or int(lens.sum()) > BUCKET_MAX_FILL * slots or int(lens.max()) <= BUCKET_SPREAD * int(lens.min()):
+        return [_Bucket(None, _Rows.of(lens, offset))], None
+    order = torch.argsort(lens, stable=True)
+    sorted_lens = lens[order].tolist()
+    groups, first = [[0]], sorted_lens[0]
+    for i in range(1, n):
+        if sorted_lens[i] > BUCKET_SPREAD * first:
+            groups.append([])
+            first = sorted_lens[i]
+        groups[-1].append(i)
+    starts = offset + torch.cumsum(lens, 0) - lens
+    buckets, positions = [], []
+    for g in groups:
+        idx = order[g[0] : g[-1] + 1]
+        buckets.append(_Bucket(idx, _Rows.of(lens[idx], offset, starts[idx])))
+        positions += [torch.arange(int(s), int(s) + int(n_)) for s, n_ in zip(starts[idx] - offset, lens[idx], strict=True)]
+    where = torch.cat(positions)  # packed position (in the action segment) of each concatenated output row
+    inverse = torch.empty_like(where)
+    inverse[where] = torch.arange(where.numel())
+    return buckets, inverse.to(lens.device)
+
+
 def encode_packed(bert: nn.Module, batch: TokenBatch) -> Tensor:
     """Final hidden states (T, H) of every packed token, run through a BERT-family encoder's modules.
 
@@ -418,30 +468,36 @@ def encode_packed(bert: nn.Module, batch: TokenBatch) -> Tensor:
 
     n_prompt_tokens = int(batch.prompt_lens.sum()) if batch.prompt_lens.numel() else 0
     prompt_rows = _Rows.of(batch.prompt_lens, 0) if batch.prompt_lens.numel() else None
-    action_rows = _Rows.of(batch.action_lens, n_prompt_tokens)
+    buckets, inverse = _action_buckets(batch.action_lens, n_prompt_tokens)
     for layer in bert.encoder.layer:
         att = layer.attention.self
         heads = att.num_attention_heads
         p_drop = att.dropout.p if bert.training else 0.0
         qkv = F.linear(h, *_fused_qkv(att))
-        qa, ka, va = _heads(action_rows.gather(qkv), heads)
-        if prompt_rows is None:
-            out = action_rows.scatter(_attention(qa, ka, va, action_rows.key_mask, p_drop))
-        else:
+        parts = []
+        if prompt_rows is not None:
             qp, kp, vp = _heads(prompt_rows.gather(qkv), heads)
-            out_p = prompt_rows.scatter(_attention(qp, kp, vp, prompt_rows.key_mask, p_drop))
-            own = batch.action_prompt
+            parts.append(prompt_rows.scatter(_attention(qp, kp, vp, prompt_rows.key_mask, p_drop)))
+        outs = []
+        for bucket in buckets:
+            rows = bucket.rows
+            qa, ka, va = _heads(rows.gather(qkv), heads)
+            if prompt_rows is None:
+                outs.append(rows.scatter(_attention(qa, ka, va, rows.key_mask, p_drop)))
+                continue
             if prompt_rows.rows == 1:  # one prompt for every action: broadcast, no gather
-                ctx_k, ctx_v = kp.expand(action_rows.rows, -1, -1, -1), vp.expand(action_rows.rows, -1, -1, -1)
-                ctx_valid = prompt_rows.valid.expand(action_rows.rows, -1)
+                ctx_k, ctx_v = kp.expand(rows.rows, -1, -1, -1), vp.expand(rows.rows, -1, -1, -1)
+                ctx_valid = prompt_rows.valid.expand(rows.rows, -1)
             else:
+                own = batch.action_prompt if bucket.index is None else batch.action_prompt[bucket.index]
                 ctx_k, ctx_v, ctx_valid = kp[own], vp[own], prompt_rows.valid[own]
             keys = torch.cat([ctx_k, ka], dim=2)
             values = torch.cat([ctx_v, va], dim=2)
-            padded = prompt_rows.key_mask is not None or action_rows.key_mask is not None
-            key_valid = torch.cat([ctx_valid, action_rows.valid], dim=1) if padded else None
-            out_a = action_rows.scatter(_attention(qa, keys, values, key_valid, p_drop))
-            out = torch.cat([out_p, out_a], dim=0)
+            padded = prompt_rows.key_mask is not None or rows.key_mask is not None
+            key_valid = torch.cat([ctx_valid, rows.valid], dim=1) if padded else None
+            outs.append(rows.scatter(_attention(qa, keys, values, key_valid, p_drop)))
+        out_a = outs[0] if inverse is None else torch.cat(outs).index_select(0, inverse)
+        out = torch.cat([*parts, out_a]) if parts else out_a
         h = layer.attention.output(out, h)
         h = layer.output(layer.intermediate(h), h)
     return h

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from orchrm import BradleyTerryModel
+from orchrm import BradleyTerryModel, encoders
 from orchrm.encoders import SpecialIds, pack, truncate_prompt
 from orchrm.errors import ConfigError, ModelFileError
 
@@ -134,14 +134,51 @@ def _reference_rewards(model, prompts, actions):
     return torch.stack(out)
 
 
+@pytest.mark.parametrize("bucketed", [False, True], ids=["one-block", "length-buckets"])
 @pytest.mark.parametrize("architecture", ["shared_prompt", "joint"])
-def test_packed_forward_equals_transformers_forward(pairs, tiny_model_kwargs, architecture):
+def test_packed_forward_equals_transformers_forward(pairs, tiny_model_kwargs, architecture, bucketed, monkeypatch):
+    if bucketed:  # attend in groups of similar length, as a training batch of plans and long artifacts does
+        monkeypatch.setattr(encoders, "BUCKET_MIN_SLOTS", 0)
+        monkeypatch.setattr(encoders, "BUCKET_MAX_FILL", 1.0)
+        monkeypatch.setattr(encoders, "BUCKET_SPREAD", 1.2)
     model = BradleyTerryModel(**tiny_model_kwargs, architecture=architecture, seed=3).eval()
     model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]))
     torch.nn.init.normal_(model.head[3].weight, std=1.0)  # spread the untrained rewards out
     prompts, actions = _texts(pairs)
+    if bucketed:
+        batch = model.pack(model.tokenize(list(dict.fromkeys(prompts))), model.tokenize(actions), [0] * len(actions))
+        assert len(encoders._action_buckets(batch.action_lens, 0)[0]) > 1
     with torch.no_grad():
         torch.testing.assert_close(model.score(prompts, actions), _reference_rewards(model, prompts, actions), rtol=1e-5, atol=1e-5)
+
+
+def test_length_buckets_give_the_same_loss_and_gradients(pairs, tiny_model_kwargs, monkeypatch):
+    from orchrm import bt_loss
+
+    model = BradleyTerryModel(**tiny_model_kwargs, seed=5)
+    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + list(pairs["rejected"]))
+    rows = pairs.head(48)
+    prompts = list(dict.fromkeys(rows["prompt"]))
+    where = {p: i for i, p in enumerate(prompts)}
+    texts = list(rows["chosen"]) + list(rows["rejected"])
+    batch = model.pack(model.tokenize(prompts), model.tokenize(texts), [where[p] for p in rows["prompt"]] * 2)
+
+    def loss_and_grads():
+        model.zero_grad()
+        r = model(batch)
+        loss = bt_loss(r[: len(rows)], r[len(rows) :])
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    one_block = loss_and_grads()
+    monkeypatch.setattr(encoders, "BUCKET_MIN_SLOTS", 0)
+    monkeypatch.setattr(encoders, "BUCKET_MAX_FILL", 1.0)
+    monkeypatch.setattr(encoders, "BUCKET_SPREAD", 1.2)
+    assert len(encoders._action_buckets(batch.action_lens, 0)[0]) > 1
+    bucketed = loss_and_grads()
+    torch.testing.assert_close(bucketed[0], one_block[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(bucketed[1], one_block[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 # --- scoring ---------------------------------------------------------------------------------
