@@ -443,15 +443,12 @@ def _action_buckets(lens: Tensor, offset: int) -> tuple[list[_Bucket], Tensor | 
             first = sorted_lens[i]
         groups[-1].append(i)
     starts = offset + torch.cumsum(lens, 0) - lens
-    buckets, positions = [], []
-    for g in groups:
-        idx = order[g[0] : g[-1] + 1]
-        buckets.append(_Bucket(idx, _Rows.of(lens[idx], offset, starts[idx])))
-        positions += [torch.arange(int(s), int(s) + int(n_)) for s, n_ in zip(starts[idx] - offset, lens[idx], strict=True)]
-    where = torch.cat(positions)  # packed position (in the action segment) of each concatenated output row
+    buckets = [_Bucket(idx, _Rows.of(lens[idx], offset, starts[idx])) for idx in (order[g[0] : g[-1] + 1] for g in groups)]
+    # packed position (in the action segment) of each row of the buckets' concatenated outputs
+    where = torch.cat([b.rows.gather_index[b.rows.scatter_index] for b in buckets]) - offset
     inverse = torch.empty_like(where)
-    inverse[where] = torch.arange(where.numel())
-    return buckets, inverse.to(lens.device)
+    inverse[where] = torch.arange(where.numel(), device=where.device)
+    return buckets, inverse
 
 
 def encode_packed(bert: nn.Module, batch: TokenBatch) -> Tensor:
