@@ -1,8 +1,9 @@
 """Scoring latency: 8 candidate plans of one task, CPU, beside the machine's own fp32 compute limit.
 
-For each model, ``model.score(question, plans)`` on the sandbox's real question + plan texts (8
-plans of one task, the test-time-scaling call), p50 over many tasks and repetitions, end to end
-(tokenizing included). Beside it, the *compute limit* of the same work: the forward pass's FLOPs
+For each model and runtime, ``model.score(question, plans)`` (PyTorch) or
+``OnnxScorer(model).score(question, plans)`` (ONNX Runtime, :mod:`orchrm.onnxrt`) on the sandbox's
+real question + plan texts (8 plans of one task, the test-time-scaling call), p50 over many tasks
+and repetitions, end to end (tokenizing included). Beside it, the *compute limit* of the same work: the forward pass's FLOPs
 (counted from the real token counts: linear layers 2 * tokens * in * out, attention 2 * 2 * Lq *
 Lk * width per row, the head) divided by the rate this machine reaches on a large fp32 matmul
 (1024 x 1024), measured in the same run. On a shared machine the load changes under us, so the
@@ -36,9 +37,12 @@ import torch.nn.functional as F  # noqa: E402
 
 from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.encoders import TokenBatch  # noqa: E402
+from orchrm.onnxrt import OnnxScorer  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_RATIO = 1.3
+TORCH, ONNX = "PyTorch", "ONNX Runtime"
+RUNTIMES = (TORCH, ONNX)
 TARGET_DEFAULT_MS = 30.0
 
 
@@ -84,16 +88,19 @@ def matmul_rate(n: int = 2048, reps: int = 3) -> float:
     return 2 * n**3 / best
 
 
-def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int) -> dict:
+def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int, scorer=None) -> dict:
     """p50 latency of ``model.score(question, plans)`` and the median ratio to the compute limit.
+
+    ``scorer``: time ``scorer.score`` (an :class:`~orchrm.onnxrt.OnnxScorer` of ``model``) instead.
 
     The scoring calls of a round run back to back, as a server scoring one request after another
     would; the matmul rate is sampled between rounds (sampling it before every call would evict
     the model's weights from the cache and time a cold model).
     """
     model.eval()
+    score = (scorer or model).score
     for q, plans in cases[:3]:
-        model.score(q, plans)
+        score(q, plans)
     batches = [model.pack(model.tokenize([q]), model.tokenize(plans), [0] * len(plans)) for q, plans in cases]
     flops = [batch_flops(model, b) for b in batches]
     lat, ratios, limits = [], [], []
@@ -101,7 +108,7 @@ def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rou
         rate = matmul_rate(1024, reps=3)
         for (q, plans), f in zip(cases, flops, strict=True):
             t = time.perf_counter()
-            model.score(q, plans)
+            score(q, plans)
             dt = time.perf_counter() - t
             lat.append(dt)
             limits.append(f / rate)
@@ -190,16 +197,24 @@ def main() -> int:
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
-        for name, model, run_cases, note in runs:
-            r = measure(model, run_cases, rounds=args.rounds)
-            if model is default and note.startswith("sandbox"):
-                r["matmuls_only_ms"] = linear_floor(model, run_cases, rounds=args.rounds)["p50_ms"]
-            rows.append({"threads": threads, "model": name, "inputs": note, **r})
-            print(f"{threads}t {name:40s} {note:28s} p50 {r['p50_ms']:7.2f} ms  limit {r['limit_ms']:7.2f} ms  "
-                  f"ratio {r['ratio_to_limit']:.2f}  tokens {r['tokens']:.0f}", file=sys.stderr)
+        for runtime in RUNTIMES:
+            for name, model, run_cases, note in runs:
+                scorer = OnnxScorer(model, threads=threads) if runtime == ONNX else None
+                r = measure(model, run_cases, rounds=args.rounds, scorer=scorer)
+                if model is default and note.startswith("sandbox") and runtime == TORCH:
+                    r["matmuls_only_ms"] = linear_floor(model, run_cases, rounds=args.rounds)["p50_ms"]
+                rows.append({"threads": threads, "runtime": runtime, "model": name, "inputs": note, **r})
+                print(f"{threads}t {runtime:12s} {name:40s} {note:28s} p50 {r['p50_ms']:7.2f} ms  "
+                      f"limit {r['limit_ms']:7.2f} ms  ratio {r['ratio_to_limit']:.2f}  tokens {r['tokens']:.0f}",
+                      file=sys.stderr)
 
     defaults = [r for r in rows if r["model"].startswith("default")]
-    meets = {r["threads"]: {"p50": r["p50_ms"] <= TARGET_DEFAULT_MS, "ratio": r["ratio_to_limit"] <= TARGET_RATIO} for r in defaults}
+    meets = {
+        f"{r['runtime']}, {r['threads']} thread(s)": {
+            "p50": r["p50_ms"] <= TARGET_DEFAULT_MS, "ratio": r["ratio_to_limit"] <= TARGET_RATIO
+        }
+        for r in defaults
+    }
     result = {
         "benchmark": "scoring latency, 8 candidates of one task (CPU, fp32)",
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
@@ -207,7 +222,7 @@ def main() -> int:
         "tasks": len(cases),
         "rounds": args.rounds,
         "targets": {"ratio_to_limit": TARGET_RATIO, "default_p50_ms": TARGET_DEFAULT_MS},
-        "default_meets_targets_by_threads": meets,
+        "default_meets_targets": meets,
         "rows": rows,
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -215,27 +230,30 @@ def main() -> int:
     lines = [
         "# Scoring latency: 8 candidate plans of one task (CPU, fp32)",
         "",
-        f"`model.score(question, plans)` end to end (tokenizing included), p50 over {len(cases)} sandbox tasks "
+        "`model.score(question, plans)` (PyTorch) and `OnnxScorer(model).score(question, plans)` (ONNX Runtime) "
+        f"end to end (tokenizing included), p50 over {len(cases)} sandbox tasks "
         f"x {args.rounds} rounds. Limit = the forward pass's FLOPs (real tokens) / the rate of a 1024x1024 fp32 "
         "matmul timed before each round of calls, with the same thread count; ratio = median of per-call latency / "
         f"limit. Machine: {os.cpu_count()} CPUs, shared with other jobs (load average at the end "
         f"{os.getloadavg()[0]:.1f}).",
         "",
-        "| threads | model | inputs | tokens | GFLOP | p50 ms | p90 ms | limit ms | ratio |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| threads | runtime | model | inputs | tokens | GFLOP | p50 ms | p90 ms | limit ms | ratio |",
+        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['threads']} | {r['model']} | {r['inputs']} | {r['tokens']:.0f} | {r['gflop']:.2f} | "
+        lines.append(f"| {r['threads']} | {r['runtime']} | {r['model']} | {r['inputs']} | {r['tokens']:.0f} | {r['gflop']:.2f} | "
                      f"{r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['limit_ms']:.1f} | {r['ratio_to_limit']:.2f} |")
     lines += ["", f"Targets for the default model: p50 <= {TARGET_DEFAULT_MS:.0f} ms and ratio <= {TARGET_RATIO}.", ""]
     for r in defaults:
-        ok = meets[r["threads"]]
-        floor = r["matmuls_only_ms"]
-        lines.append(
-            f"- {r['threads']} thread(s): p50 {r['p50_ms']:.1f} ms ({'met' if ok['p50'] else 'not met'}); ratio "
-            f"{r['ratio_to_limit']:.2f} ({'met' if ok['ratio'] else 'not met'}). The forward pass's matrix products "
-            f"alone, same shapes, back to back: {floor:.1f} ms = {floor / r['limit_ms']:.2f}x the limit."
-        )
+        key = f"{r['runtime']}, {r['threads']} thread(s)"
+        ok = meets[key]
+        line = (f"- {key}: p50 {r['p50_ms']:.1f} ms ({'met' if ok['p50'] else 'not met'}); ratio "
+                f"{r['ratio_to_limit']:.2f} ({'met' if ok['ratio'] else 'not met'}).")
+        if "matmuls_only_ms" in r:
+            floor = r["matmuls_only_ms"]
+            line += (f" The forward pass's matrix products alone, same shapes, back to back: {floor:.1f} ms = "
+                     f"{floor / r['limit_ms']:.2f}x the limit.")
+        lines.append(line)
     (args.out / "latency.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "BradleyTerryModel": "orchrm.model",
     "bt_loss": "orchrm.model",
     "Trainer": "orchrm.train",
+    "OnnxScorer": "orchrm.onnxrt",
     "load_config": "orchrm.config",
     "PipelineConfig": "orchrm.config",
 }

@@ -1,0 +1,308 @@
+"""Scoring through ONNX Runtime: the rewards of :meth:`BradleyTerryModel.score`, with less overhead on CPU.
+
+>>> scorer = OnnxScorer(model)                 # doctest: +SKIP
+>>> scorer.score("What is 2 + 3?", plans)      # doctest: +SKIP   # == model.score(...) within 1e-5
+
+Why: at the size of a test-time-scaling call (one question, 8 short plans, about 150 tokens) the
+default encoder's matrix products take about 10 ms on one core, and PyTorch's per-operator
+dispatch, the attention bookkeeping and the small element-wise kernels add almost as much again.
+ONNX Runtime runs the forward pass as one graph of its fused kernels (QKV projection + attention in
+one operator, prepacked weights) with no Python between operators
+(``benchmarks/results/latency.md`` compares the two).
+
+The graph is written directly from the model's weights with ``onnx.helper`` (no tracing, no
+exporter), for BERT-family encoders (:func:`orchrm.encoders.supports_shared_prompt`) in either
+architecture, and computes what :func:`orchrm.encoders.encode_packed` computes: tokens stay
+packed through embeddings, linear layers and pooling. Attention in ``joint`` runs on the rows
+padded to the longest, with a key mask. In ``shared_prompt`` it is dense over the chunk's tokens
+with an additive mask (a prompt token sees its prompt; an action token sees its prompt and its own
+row): T² scores for T tokens instead of the sum over rows, cheap for one question and a few short
+plans, so calls are cut into chunks of at most ``max_tokens`` tokens; one question with 8 plans is
+one chunk.
+
+The scorer copies the weights when it is built: train the model further and build a new one.
+Needs the ``onnx`` extra (``pip install 'orchrm[onnx]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from orchrm import encoders
+from orchrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from orchrm.model import BradleyTerryModel
+
+#: ONNX opset of the graph (Gelu is a standard operator from 20 on)
+OPSET = 20
+#: a chunk holds at most this many tokens (unless one action alone is longer)
+DEFAULT_MAX_TOKENS = 512
+#: additive mask for a key a query must not see: exp() of it underflows to exactly 0
+_MASKED = float(np.finfo(np.float32).min)
+
+_ACTIVATIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gelu": ("Gelu", {}),
+    "gelu_new": ("Gelu", {"approximate": "tanh"}),
+    "gelu_pytorch_tanh": ("Gelu", {"approximate": "tanh"}),
+    "relu": ("Relu", {}),
+}
+
+
+def _import_onnx():
+    try:
+        import onnx
+        import onnxruntime
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ConfigError(
+            f"ONNX Runtime scoring needs the 'onnx' extra ({exc.name} is not installed): "
+            "pip install 'orchrm[onnx]'"
+        ) from exc
+    return onnx, onnxruntime
+
+
+def _contrib(*, node_list: list, op: str, name: str, inputs: list[str], **attrs: Any) -> str:
+    from onnx import helper
+
+    node_list.append(helper.make_node(op, inputs, [name], name=name, domain="com.microsoft", **attrs))
+    return name
+
+
+def build_graph(model: BradleyTerryModel):
+    """The model's forward pass as an ``onnx.ModelProto`` (weights copied in as fp32 initializers).
+
+    Inputs (:func:`graph_inputs` makes them from a :class:`TokenBatch`): ``input_ids``,
+    ``positions``, ``segments`` (T,) int64; ``pool`` (A, T) float32, row i averaging action i's
+    pooled tokens; for ``shared_prompt`` ``mask`` (T, T) float32, 0 where token i may attend to
+    token j and float32 min elsewhere; for ``joint`` ``rows`` (A, W) int64, the packed token in
+    each slot of the rows padded to W, ``row_mask`` (A, W) int32 (1: a real token) and ``unpad``
+    (T,) int64, each packed token's slot. Output: ``rewards`` (A,).
+    """
+    onnx, _ = _import_onnx()
+    from onnx import TensorProto, helper, numpy_helper
+
+    bert = model.encoder
+    if not encoders.supports_shared_prompt(bert):
+        raise ConfigError(
+            f"ONNX Runtime scoring supports BERT-family encoders; this model's encoder is "
+            f"{bert.config.model_type!r}: score with model.score(...)"
+        )
+    cfg = bert.config
+    act = _ACTIVATIONS.get(cfg.hidden_act) if isinstance(cfg.hidden_act, str) else None
+    if act is None:
+        raise ConfigError(
+            f"ONNX Runtime scoring knows the activations {sorted(_ACTIVATIONS)}; this encoder uses "
+            f"{cfg.hidden_act!r}: score with model.score(...)"
+        )
+    heads, width = cfg.num_attention_heads, cfg.hidden_size
+    inits: list = []
+    nodes: list = []
+
+    def const(name: str, value: Tensor | np.ndarray) -> str:
+        array = value.detach().cpu().float().numpy() if isinstance(value, Tensor) else value
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def node(op: str, inputs: list[str], output: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+        return output
+
+    def linear(x: str, layer: torch.nn.Linear, name: str) -> str:
+        return node("Gemm", [x, const(f"{name}.weight", layer.weight), const(f"{name}.bias", layer.bias)], name, transB=1)
+
+    def layer_norm(x: str, ln: torch.nn.LayerNorm, name: str) -> str:
+        return node(
+            "LayerNormalization", [x, const(f"{name}.weight", ln.weight), const(f"{name}.bias", ln.bias)],
+            name, axis=-1, epsilon=float(ln.eps),
+        )
+
+    def activation(x: str, name: str) -> str:
+        if act[0] == "Gelu" and not act[1]:  # ONNX Runtime's own exact-erf GELU kernel
+            return _contrib(node_list=nodes, op="Gelu", name=name, inputs=[x])
+        return node(act[0], [x], name, **act[1])
+
+    def skip_norm(x: str, skip: str, ln: torch.nn.LayerNorm, name: str) -> str:
+        return layer_norm(node("Add", [x, skip], f"{name}.sum"), ln, name)
+
+    emb = bert.embeddings
+    type_table = emb.token_type_embeddings.weight
+    h = node("Gather", [const("emb.word", emb.word_embeddings.weight), "input_ids"], "emb.words")
+    h = node("Add", [h, node("Gather", [const("emb.pos", emb.position_embeddings.weight), "positions"], "emb.positions")], "emb.sum1")
+    if type_table.shape[0] > 1:  # a single-row table adds the same row to every token (segments are zeroed)
+        h = node("Add", [h, node("Gather", [const("emb.type", type_table), "segments"], "emb.types")], "emb.sum2")
+    else:
+        h = node("Add", [h, const("emb.type0", type_table[0])], "emb.sum2")
+    h = layer_norm(h, emb.LayerNorm, "emb.ln")
+
+    shared = model.shared_prompt
+    as_tokens = const("shape.tokens", np.array([-1, width], dtype=np.int64))
+    if shared:  # one sequence of all T tokens; the (T, T) mask says who sees whom
+        as_batch = const("shape.batch", np.array([1, -1, width], dtype=np.int64))
+        bias = node("Unsqueeze", ["mask", const("axes.01", np.array([0, 1], dtype=np.int64))], "mask4")
+    for i, layer in enumerate(bert.encoder.layer):
+        p = f"l{i}"
+        w, b = encoders._fused_qkv(layer.attention.self)
+        weights = [const(f"{p}.qkv.weight", w.t()), const(f"{p}.qkv.bias", b)]
+        if shared:
+            x = node("Reshape", [h, as_batch], f"{p}.h3")
+            o = _contrib(node_list=nodes, op="Attention", name=f"{p}.attn", inputs=[x, *weights, "", "", bias], num_heads=heads)
+            o = node("Reshape", [o, as_tokens], f"{p}.ctx")
+        else:  # independent rows: a padded (A, W) batch with a key mask, as BERT itself runs
+            x = node("Gather", [h, "rows"], f"{p}.padded")
+            o = _contrib(node_list=nodes, op="Attention", name=f"{p}.attn", inputs=[x, *weights, "row_mask"], num_heads=heads)
+            o = node("Gather", [node("Reshape", [o, as_tokens], f"{p}.ctx2"), "unpad"], f"{p}.ctx")
+        out = layer.attention.output
+        h = skip_norm(linear(o, out.dense, f"{p}.attn_out"), h, out.LayerNorm, f"{p}.ln1")
+        inner = activation(linear(h, layer.intermediate.dense, f"{p}.inter"), f"{p}.act")
+        ffn = layer.output
+        h = skip_norm(linear(inner, ffn.dense, f"{p}.ffn_out"), h, ffn.LayerNorm, f"{p}.ln2")
+
+    pooled = node("MatMul", ["pool", h], "pooled")
+    head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
+    hidden = _contrib(node_list=nodes, op="Gelu", name="head.act", inputs=[linear(pooled, head[0], "head.fc")])
+    r = node("Reshape", [linear(hidden, head[1], "head.out"), const("shape.r", np.array([-1], dtype=np.int64))], "rewards")
+
+    graph = helper.make_graph(
+        nodes,
+        "orchrm_reward",
+        inputs=[
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["T"]),
+            helper.make_tensor_value_info("positions", TensorProto.INT64, ["T"]),
+            helper.make_tensor_value_info("segments", TensorProto.INT64, ["T"]),
+            *(
+                [helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["T", "T"])]
+                if shared
+                else [
+                    helper.make_tensor_value_info("rows", TensorProto.INT64, ["A", "W"]),
+                    helper.make_tensor_value_info("row_mask", TensorProto.INT32, ["A", "W"]),
+                    helper.make_tensor_value_info("unpad", TensorProto.INT64, ["T"]),
+                ]
+            ),
+            helper.make_tensor_value_info("pool", TensorProto.FLOAT, ["A", "T"]),
+        ],
+        outputs=[helper.make_tensor_value_info(r, TensorProto.FLOAT, ["A"])],
+        initializer=inits,
+    )
+    proto = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)], producer_name="orchrm"
+    )
+    proto.ir_version = min(proto.ir_version, 10)
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def graph_inputs(batch: encoders.TokenBatch) -> dict[str, np.ndarray]:
+    """The ONNX inputs of a packed batch (see :func:`build_graph`)."""
+    prompt_lens = batch.prompt_lens.numpy()
+    action_lens = batch.action_lens.numpy()
+    n_prompt_tokens = int(prompt_lens.sum())
+    n_tokens = batch.num_tokens
+    ends = n_prompt_tokens + np.cumsum(action_lens)
+    pool_lens = batch.pool_lens.numpy()
+    col = np.arange(n_tokens)
+    pooled = (col[None, :] >= (ends - pool_lens)[:, None]) & (col[None, :] < ends[:, None])
+    pool = pooled.astype(np.float32)
+    pool /= pool_lens[:, None].astype(np.float32)
+    inputs = {
+        "input_ids": batch.input_ids.numpy(),
+        "positions": batch.positions.numpy(),
+        "segments": batch.segments.numpy(),
+        "pool": pool,
+    }
+    if batch.action_prompt is None:  # joint: rows padded to the longest, no prompt rows
+        width = int(action_lens.max())
+        slot = np.arange(width)
+        valid = slot[None, :] < action_lens[:, None]
+        starts = ends - action_lens
+        inputs["rows"] = np.where(valid, starts[:, None] + slot[None, :], 0)
+        inputs["row_mask"] = valid.astype(np.int32)
+        inputs["unpad"] = np.flatnonzero(valid)
+        return inputs
+    # row of every token: prompt rows 0..P-1, then action rows P..P+A-1
+    row = np.repeat(np.arange(prompt_lens.size + action_lens.size), np.concatenate([prompt_lens, action_lens]))
+    # the prompt row each token also sees (-1: none)
+    context = np.concatenate([np.full(n_prompt_tokens, -1), np.repeat(batch.action_prompt.numpy(), action_lens)])
+    allowed = (row[:, None] == row[None, :]) | (context[:, None] == row[None, :])
+    inputs["mask"] = np.where(allowed, np.float32(0.0), np.float32(_MASKED))
+    return inputs
+
+
+class OnnxScorer:
+    """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through ONNX Runtime on the CPU.
+
+    ``threads``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
+    ``max_tokens``: the most tokens one chunk holds (dense attention is quadratic in it).
+    """
+
+    def __init__(self, model: BradleyTerryModel, *, threads: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+        _, ort = _import_onnx()
+        if not model.fitted:
+            raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        threads = torch.get_num_threads() if threads is None else threads
+        if threads < 1:
+            raise ValueError("threads must be >= 1")
+        self.model_config = model.config
+        self.max_tokens = max_tokens
+        self.threads = threads
+        self._tokenize = model.tokenize
+        self._pack = model.pack
+        self._prompt_length = model.config.prompt_length()
+        self._max_length = model.config.max_length
+        self.reward_mean = model.reward_mean
+        self.reward_std = model.reward_std
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        self.proto = build_graph(model)
+        self.session = ort.InferenceSession(self.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+    def _chunks(self, prompt_ids: list[list[int]], action_ids: list[list[int]], which: list[int]) -> list[range]:
+        """Consecutive action ranges of at most ``max_tokens`` packed tokens each (at least one action)."""
+        shared = self.model_config.architecture == "shared_prompt"
+        framed = [min(len(p), self._prompt_length - 2) + 2 for p in prompt_ids]
+        chunks, lo, tokens, seen = [], 0, 0, set()
+        for i, (a, j) in enumerate(zip(action_ids, which, strict=True)):
+            body = min(len(a), self._max_length - framed[j] - 1) + 1
+            need = body + (framed[j] if (not shared or j not in seen) else 0)
+            if i > lo and tokens + need > self.max_tokens:
+                chunks.append(range(lo, i))
+                lo, tokens, seen = i, 0, set()
+                need = body + framed[j]
+            tokens += need
+            seen.add(j)
+        chunks.append(range(lo, len(action_ids)))
+        return chunks
+
+    def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
+        """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
+        actions = list(actions)
+        prompts = [prompts] * len(actions) if isinstance(prompts, str) else list(prompts)
+        if len(prompts) != len(actions):
+            raise ValueError(f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt or one per action")
+        if not actions:
+            return torch.zeros(0)
+        distinct = list(dict.fromkeys(prompts))
+        index = {p: i for i, p in enumerate(distinct)}
+        prompt_ids = self._tokenize(distinct)
+        action_ids = self._tokenize(actions)
+        which = [index[p] for p in prompts]
+        out = []
+        for chunk in self._chunks(prompt_ids, action_ids, which):
+            local = {j: k for k, j in enumerate(dict.fromkeys(which[i] for i in chunk))}
+            batch = self._pack(
+                [prompt_ids[j] for j in local], [action_ids[i] for i in chunk], [local[which[i]] for i in chunk]
+            )
+            out.append(self.session.run(None, graph_inputs(batch))[0])
+        rewards = torch.from_numpy(np.concatenate(out))
+        if normalize:
+            rewards = (rewards - self.reward_mean) / self.reward_std
+        return rewards

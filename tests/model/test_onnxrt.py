@@ -1,0 +1,130 @@
+"""ONNX Runtime scoring: the same rewards as ``model.score``, whatever the chunking, for every layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orchrm import BradleyTerryModel
+from orchrm.errors import ConfigError
+
+pytest.importorskip("onnxruntime", reason="the 'onnx' extra is not installed")
+
+from orchrm.onnxrt import OnnxScorer, graph_inputs  # noqa: E402
+
+LONG_PLAN = "\n".join(f'<agent id="a{i}" type="CoT" model="small"/>' for i in range(1, 40))
+
+
+def _texts(pairs, n: int = 12) -> tuple[list[str], list[str]]:
+    rows = pairs.iloc[:n]
+    prompts = list(rows["prompt"]) + [rows["prompt"].iloc[0] * 6]  # one prompt beyond prompt_length
+    actions = list(rows["chosen"]) + [LONG_PLAN]  # one action beyond max_length
+    return prompts, actions
+
+
+@pytest.mark.parametrize("architecture", ["shared_prompt", "joint"])
+def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architecture):
+    model = BradleyTerryModel(**{**tiny_model_kwargs, "architecture": architecture})
+    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + list(pairs["rejected"]))
+    prompts, actions = _texts(pairs)
+    scorer = OnnxScorer(model)
+    torch.testing.assert_close(scorer.score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
+    question, plans = prompts[0], actions[:8]
+    torch.testing.assert_close(scorer.score(question, plans), model.score(question, plans), rtol=0, atol=1e-5)
+
+
+def test_trained_model_and_normalized_rewards_match(trained_model, pairs):
+    prompts, actions = _texts(pairs, 20)
+    trained_model.reward_mean, trained_model.reward_std = 0.3, 2.0
+    try:
+        scorer = OnnxScorer(trained_model)
+        for normalize in (False, True):
+            torch.testing.assert_close(
+                scorer.score(prompts, actions, normalize=normalize),
+                trained_model.score(prompts, actions, normalize=normalize),
+                rtol=0,
+                atol=1e-5,
+            )
+    finally:
+        trained_model.reward_mean, trained_model.reward_std = 0.0, 1.0
+
+
+def test_chunking_does_not_change_a_reward(trained_model, pairs):
+    prompts, actions = _texts(pairs, 20)
+    whole = OnnxScorer(trained_model, max_tokens=100_000)
+    tiny = OnnxScorer(trained_model, max_tokens=1)  # one action per chunk
+    middle = OnnxScorer(trained_model, max_tokens=120)
+    assert len(middle._chunks(*_chunk_args(trained_model, prompts, actions))) > 2
+    ref = whole.score(prompts, actions)
+    torch.testing.assert_close(tiny.score(prompts, actions), ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(middle.score(prompts, actions), ref, rtol=0, atol=1e-5)
+
+
+def _chunk_args(model, prompts, actions):
+    distinct = list(dict.fromkeys(prompts))
+    return model.tokenize(distinct), model.tokenize(actions), [distinct.index(p) for p in prompts]
+
+
+def test_mask_lets_actions_see_their_prompt_and_themselves_only(trained_model):
+    batch = trained_model.pack([[5, 6], [7]], [[8, 9], [10], [11]], [0, 1, 0])
+    inputs = graph_inputs(batch)
+    seen = inputs["mask"] == 0
+    # tokens: prompt 0 = [CLS] 5 6 [SEP] (0-3), prompt 1 = [CLS] 7 [SEP] (4-6), actions 7-9, 10-11, 12-13
+    assert seen[0, :4].all() and not seen[0, 4:].any()
+    assert seen[7, list(range(4)) + [7, 8, 9]].all() and seen[7].sum() == 7
+    assert seen[10, [4, 5, 6, 10, 11]].all() and seen[10].sum() == 5
+    assert inputs["pool"].shape == (3, 14)
+    torch.testing.assert_close(torch.from_numpy(inputs["pool"]).sum(1), torch.ones(3))
+
+
+def test_joint_rows_cover_every_token_once(pairs, tiny_model_kwargs):
+    model = BradleyTerryModel(**{**tiny_model_kwargs, "architecture": "joint"})
+    batch = model.pack([[5, 6], [7]], [[8, 9], [10], [11, 12, 13]], [0, 1, 0])
+    inputs = graph_inputs(batch)
+    assert inputs["rows"].shape == inputs["row_mask"].shape == (3, 8)  # longest row: [CLS] 5 6 [SEP] 11 12 13 [SEP]
+    assert (inputs["rows"].reshape(-1)[inputs["unpad"]] == range(batch.num_tokens)).all()
+    assert inputs["row_mask"].sum() == batch.num_tokens and "mask" not in inputs
+
+
+def test_minilm_matches(pairs):
+    model = BradleyTerryModel(encoder="minilm", max_length=128, dropout=0.0)
+    prompts, actions = _texts(pairs, 6)
+    torch.testing.assert_close(OnnxScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
+
+
+def test_the_scorer_keeps_the_weights_it_was_built_with(pairs, tiny_model_kwargs):
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]))
+    prompts, actions = _texts(pairs, 4)
+    scorer = OnnxScorer(model)
+    before = scorer.score(prompts, actions)
+    with torch.no_grad():
+        model.head[-1].bias.add_(1.0)
+    assert torch.equal(scorer.score(prompts, actions), before)
+    torch.testing.assert_close(OnnxScorer(model).score(prompts, actions), before + 1.0, rtol=0, atol=1e-5)
+
+
+def test_bad_calls_say_what_is_wrong(trained_model, tiny_model_kwargs):
+    scorer = OnnxScorer(trained_model)
+    assert scorer.score("q", []).shape == (0,)
+    with pytest.raises(ValueError, match="2 prompts for 1 actions"):
+        scorer.score(["a", "b"], ["x"])
+    with pytest.raises(ConfigError, match="no tokenizer yet"):
+        OnnxScorer(BradleyTerryModel(**tiny_model_kwargs))
+    with pytest.raises(ValueError, match="max_tokens"):
+        OnnxScorer(trained_model, max_tokens=0)
+
+
+def test_non_bert_encoders_are_refused(pairs, tmp_path):
+    from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
+
+    from orchrm.encoders import train_wordpiece
+
+    tok = train_wordpiece(list(pairs["prompt"]), vocab_size=200)
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                            sep_token="[SEP]").save_pretrained(tmp_path)
+    DistilBertModel(DistilBertConfig(vocab_size=tok.get_vocab_size(), dim=16, n_layers=1, n_heads=2, hidden_dim=32,
+                                     max_position_embeddings=128)).save_pretrained(tmp_path)
+    model = BradleyTerryModel(encoder=str(tmp_path), architecture="joint", max_length=96)
+    with pytest.raises(ConfigError, match="supports BERT-family encoders.*model.score"):
+        OnnxScorer(model)
