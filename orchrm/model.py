@@ -265,8 +265,9 @@ class BradleyTerryModel(nn.Module):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         distinct = list(dict.fromkeys(prompts))
-        prompt_ids = dict(zip(distinct, self.tokenize(distinct), strict=True))
-        action_ids = self.tokenize(actions)
+        ids = self.tokenize(distinct + actions)  # one tokenizer call
+        prompt_ids = dict(zip(distinct, ids[: len(distinct)], strict=True))
+        action_ids = ids[len(distinct) :]
         was_training = self.training
         if was_training:
             self.eval()
@@ -395,14 +396,18 @@ class ModelFile:
             raise ModelFileError(f"no model file at {target}")
         self.path = target
         with open(target, "rb") as fh:
-            head = fh.read(8)
-        if head[:2] == b"PK" or head[:1] == b"\x80":
+            head = fh.read(9)
+        # safetensors: an 8-byte little-endian header length, then the JSON header's "{"; a pickle
+        # starts with PROTO (0x80, protocol 2-5), torch.save's zip with "PK". The header length's
+        # first byte can be 0x80 too, so a file that reads as safetensors is never called a pickle.
+        pickled = head[:2] == b"PK" or (head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"))
+        if pickled and head[8:9] != b"{":
             raise ModelFileError(
                 f"{target} is a pickled PyTorch checkpoint, not an OrchRM model file; OrchRM never unpickles "
                 "(it could run code). Re-save the model with BradleyTerryModel.save"
             )
         size = target.stat().st_size
-        if len(head) < 8 or int.from_bytes(head, "little") + 8 > size:
+        if len(head) < 9 or int.from_bytes(head[:8], "little") + 8 > size:
             raise ModelFileError(
                 f"{target} is truncated or not a safetensors file ({size} bytes; the header "
                 "announces more): copy it again or re-save it with BradleyTerryModel.save"

@@ -198,16 +198,15 @@ def build_graph(model: BradleyTerryModel):
 
 def graph_inputs(batch: encoders.TokenBatch) -> dict[str, np.ndarray]:
     """The ONNX inputs of a packed batch (see :func:`build_graph`)."""
-    prompt_lens = batch.prompt_lens.numpy()
-    action_lens = batch.action_lens.numpy()
-    n_prompt_tokens = int(prompt_lens.sum())
+    prompt_lens = batch.prompt_lens.tolist()
+    action_lens = batch.action_lens.tolist()
     n_tokens = batch.num_tokens
-    ends = n_prompt_tokens + np.cumsum(action_lens)
-    pool_lens = batch.pool_lens.numpy()
-    col = np.arange(n_tokens)
-    pooled = (col[None, :] >= (ends - pool_lens)[:, None]) & (col[None, :] < ends[:, None])
-    pool = pooled.astype(np.float32)
-    pool /= pool_lens[:, None].astype(np.float32)
+    prompt_starts = np.cumsum([0, *prompt_lens]).tolist()
+    action_starts = (prompt_starts[-1] + np.cumsum([0, *action_lens])).tolist()
+    # rows are few (one question and its candidates): slices per row beat (T, T) comparisons
+    pool = np.zeros((len(action_lens), n_tokens), dtype=np.float32)
+    for i, (end, k) in enumerate(zip(action_starts[1:], batch.pool_lens.tolist(), strict=True)):
+        pool[i, end - k : end] = 1.0 / k
     inputs = {
         "input_ids": batch.input_ids.numpy(),
         "positions": batch.positions.numpy(),
@@ -215,20 +214,20 @@ def graph_inputs(batch: encoders.TokenBatch) -> dict[str, np.ndarray]:
         "pool": pool,
     }
     if batch.action_prompt is None:  # joint: rows padded to the longest, no prompt rows
-        width = int(action_lens.max())
-        slot = np.arange(width)
-        valid = slot[None, :] < action_lens[:, None]
-        starts = ends - action_lens
-        inputs["rows"] = np.where(valid, starts[:, None] + slot[None, :], 0)
+        lens = np.asarray(action_lens)
+        slot = np.arange(lens.max())
+        valid = slot[None, :] < lens[:, None]
+        inputs["rows"] = np.where(valid, np.asarray(action_starts[:-1])[:, None] + slot[None, :], 0)
         inputs["row_mask"] = valid.astype(np.int32)
         inputs["unpad"] = np.flatnonzero(valid)
         return inputs
-    # row of every token: prompt rows 0..P-1, then action rows P..P+A-1
-    row = np.repeat(np.arange(prompt_lens.size + action_lens.size), np.concatenate([prompt_lens, action_lens]))
-    # the prompt row each token also sees (-1: none)
-    context = np.concatenate([np.full(n_prompt_tokens, -1), np.repeat(batch.action_prompt.numpy(), action_lens)])
-    allowed = (row[:, None] == row[None, :]) | (context[:, None] == row[None, :])
-    inputs["mask"] = np.where(allowed, np.float32(0.0), np.float32(_MASKED))
+    mask = np.full((n_tokens, n_tokens), _MASKED, dtype=np.float32)
+    for lo, hi in zip(prompt_starts[:-1], prompt_starts[1:], strict=True):
+        mask[lo:hi, lo:hi] = 0.0
+    for lo, hi, j in zip(action_starts[:-1], action_starts[1:], batch.action_prompt.tolist(), strict=True):
+        mask[lo:hi, lo:hi] = 0.0
+        mask[lo:hi, prompt_starts[j] : prompt_starts[j + 1]] = 0.0
+    inputs["mask"] = mask
     return inputs
 
 
@@ -292,8 +291,8 @@ class OnnxScorer:
             return torch.zeros(0)
         distinct = list(dict.fromkeys(prompts))
         index = {p: i for i, p in enumerate(distinct)}
-        prompt_ids = self._tokenize(distinct)
-        action_ids = self._tokenize(actions)
+        ids = self._tokenize(distinct + actions)  # one tokenizer call
+        prompt_ids, action_ids = ids[: len(distinct)], ids[len(distinct) :]
         which = [index[p] for p in prompts]
         out = []
         for chunk in self._chunks(prompt_ids, action_ids, which):

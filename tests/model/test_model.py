@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import struct
 
 import pytest
@@ -271,6 +272,12 @@ def _damaged_files(trained_model, tmp_path):
     save_file({"weight": torch.zeros(2)}, str(foreign))
     pickled = tmp_path / "pickled.pt"
     torch.save({"weight": torch.zeros(2)}, pickled)
+    plain_pickle = tmp_path / "plain.pkl"
+    plain_pickle.write_bytes(pickle.dumps({"weight": [0.0, 0.0]}, protocol=4))
+    # a safetensors header 128 (0x80) bytes long starts like a pickle's PROTO opcode
+    header = json.dumps({"__metadata__": {"format": "other"}}).encode().ljust(0x80)
+    header_0x80 = tmp_path / "header_0x80.safetensors"
+    header_0x80.write_bytes(len(header).to_bytes(8, "little") + header)
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"\x00" * 3)
     hf_dir = tmp_path / "hf_model"
@@ -280,6 +287,8 @@ def _damaged_files(trained_model, tmp_path):
         (truncated, "truncated"),
         (foreign, "not an OrchRM reward model"),
         (pickled, "pickled PyTorch checkpoint"),
+        (plain_pickle, "pickled PyTorch checkpoint"),
+        (header_0x80, "not an OrchRM reward model"),
         (garbage, "truncated or not a safetensors file"),
         (hf_dir, "Hugging Face model directory"),
         (tmp_path / "missing.pt", "no model file"),
