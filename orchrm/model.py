@@ -68,6 +68,15 @@ def bt_loss(
     return loss
 
 
+def pair_up(prompts: str | Sequence[str], actions: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Equal-length prompt and action lists for scoring; one prompt string is shared by every action."""
+    actions = list(actions)
+    prompts = [prompts] * len(actions) if isinstance(prompts, str) else list(prompts)
+    if len(prompts) != len(actions):
+        raise ValueError(f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt or one per action")
+    return prompts, actions
+
+
 @contextlib.contextmanager
 def _seeded(seed: int):
     """Run a block under ``torch.manual_seed(seed)`` without disturbing the caller's RNG."""
@@ -208,7 +217,8 @@ class BradleyTerryModel(nn.Module):
                 "this scratch model has no tokenizer yet: train it (Trainer.train fits one on the pairs) "
                 "or call model.fit_tokenizer(texts)"
             )
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)  # fast: no offsets
+        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
 
     def pack(
         self, prompt_ids: Sequence[Sequence[int]], action_ids: Sequence[Sequence[int]], action_prompt: Sequence[int]
@@ -256,10 +266,7 @@ class BradleyTerryModel(nn.Module):
         chunk is encoded once. ``normalize`` maps rewards to ``(r - reward_mean) / reward_std``.
         On a CPU, :class:`orchrm.onnxrt.OnnxScorer` gives the same rewards with less overhead.
         """
-        actions = list(actions)
-        prompts = [prompts] * len(actions) if isinstance(prompts, str) else list(prompts)
-        if len(prompts) != len(actions):
-            raise ValueError(f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt or one per action")
+        prompts, actions = pair_up(prompts, actions)
         if not actions:
             return torch.zeros(0)
         if batch_size < 1:

@@ -27,7 +27,7 @@ Needs the ``onnx`` extra (``pip install 'orchrm[onnx]'``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,9 +35,7 @@ from torch import Tensor
 
 from orchrm import encoders
 from orchrm.errors import ConfigError
-
-if TYPE_CHECKING:
-    from orchrm.model import BradleyTerryModel
+from orchrm.model import BradleyTerryModel, pair_up
 
 #: ONNX opset of the graph (Gelu is a standard operator from 20 on)
 OPSET = 20
@@ -283,10 +281,7 @@ class OnnxScorer:
 
     def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
         """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
-        actions = list(actions)
-        prompts = [prompts] * len(actions) if isinstance(prompts, str) else list(prompts)
-        if len(prompts) != len(actions):
-            raise ValueError(f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt or one per action")
+        prompts, actions = pair_up(prompts, actions)
         if not actions:
             return torch.zeros(0)
         distinct = list(dict.fromkeys(prompts))
