@@ -275,6 +275,17 @@ def truncate_prompt(ids: Sequence[int], budget: int) -> list[int]:
     return list(ids[:head]) + (list(ids[len(ids) - tail :]) if tail else [])
 
 
+def framed_prompt_length(n_tokens: int, prompt_length: int) -> int:
+    """Tokens a prompt of ``n_tokens`` raw tokens takes in a batch: truncated, then [CLS] ... [SEP]."""
+    return min(n_tokens, prompt_length - 2) + 2
+
+
+def action_body_length(n_tokens: int, framed_prompt: int, max_length: int) -> int:
+    """Tokens an action of ``n_tokens`` raw tokens takes after its ``framed_prompt``-token prompt:
+    its first tokens up to ``max_length`` in all, then [SEP]."""
+    return min(n_tokens, max_length - framed_prompt - 1) + 1
+
+
 def pack(
     prompts: Sequence[Sequence[int]],
     actions: Sequence[Sequence[int]],
@@ -306,7 +317,7 @@ def pack(
             prompt_lens.append(len(fp))
     for a, j in zip(actions, action_prompt, strict=True):
         fp = framed_prompts[j]
-        body = list(a[: max_length - len(fp) - 1]) + [special.sep]
+        body = list(a[: action_body_length(len(a), len(fp), max_length) - 1]) + [special.sep]
         start = len(fp)
         if not shared:
             ids += fp

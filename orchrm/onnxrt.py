@@ -44,8 +44,11 @@ DEFAULT_MAX_TOKENS = 512
 #: additive mask for a key a query must not see: exp() of it underflows to exactly 0
 _MASKED = float(np.finfo(np.float32).min)
 
+#: ``transformers`` activation -> (ONNX operator, its attributes); "gelu" (exact erf) runs ONNX
+#: Runtime's own contrib kernel
+_CONTRIB = "com.microsoft"
 _ACTIVATIONS: dict[str, tuple[str, dict[str, Any]]] = {
-    "gelu": ("Gelu", {}),
+    "gelu": ("Gelu", {"domain": _CONTRIB}),
     "gelu_new": ("Gelu", {"approximate": "tanh"}),
     "gelu_pytorch_tanh": ("Gelu", {"approximate": "tanh"}),
     "relu": ("Relu", {}),
@@ -62,13 +65,6 @@ def _import_onnx():
             "pip install 'orchrm[onnx]'"
         ) from exc
     return onnx, onnxruntime
-
-
-def _contrib(*, node_list: list, op: str, name: str, inputs: list[str], **attrs: Any) -> str:
-    from onnx import helper
-
-    node_list.append(helper.make_node(op, inputs, [name], name=name, domain="com.microsoft", **attrs))
-    return name
 
 
 def build_graph(model: BradleyTerryModel):
@@ -119,11 +115,6 @@ def build_graph(model: BradleyTerryModel):
             name, axis=-1, epsilon=float(ln.eps),
         )
 
-    def activation(x: str, name: str) -> str:
-        if act[0] == "Gelu" and not act[1]:  # ONNX Runtime's own exact-erf GELU kernel
-            return _contrib(node_list=nodes, op="Gelu", name=name, inputs=[x])
-        return node(act[0], [x], name, **act[1])
-
     def skip_norm(x: str, skip: str, ln: torch.nn.LayerNorm, name: str) -> str:
         return layer_norm(node("Add", [x, skip], f"{name}.sum"), ln, name)
 
@@ -148,21 +139,21 @@ def build_graph(model: BradleyTerryModel):
         weights = [const(f"{p}.qkv.weight", w.t()), const(f"{p}.qkv.bias", b)]
         if shared:
             x = node("Reshape", [h, as_batch], f"{p}.h3")
-            o = _contrib(node_list=nodes, op="Attention", name=f"{p}.attn", inputs=[x, *weights, "", "", bias], num_heads=heads)
+            o = node("Attention", [x, *weights, "", "", bias], f"{p}.attn", domain=_CONTRIB, num_heads=heads)
             o = node("Reshape", [o, as_tokens], f"{p}.ctx")
         else:  # independent rows: a padded (A, W) batch with a key mask, as BERT itself runs
             x = node("Gather", [h, "rows"], f"{p}.padded")
-            o = _contrib(node_list=nodes, op="Attention", name=f"{p}.attn", inputs=[x, *weights, "row_mask"], num_heads=heads)
+            o = node("Attention", [x, *weights, "row_mask"], f"{p}.attn", domain=_CONTRIB, num_heads=heads)
             o = node("Gather", [node("Reshape", [o, as_tokens], f"{p}.ctx2"), "unpad"], f"{p}.ctx")
         out = layer.attention.output
         h = skip_norm(linear(o, out.dense, f"{p}.attn_out"), h, out.LayerNorm, f"{p}.ln1")
-        inner = activation(linear(h, layer.intermediate.dense, f"{p}.inter"), f"{p}.act")
+        inner = node(act[0], [linear(h, layer.intermediate.dense, f"{p}.inter")], f"{p}.act", **act[1])
         ffn = layer.output
         h = skip_norm(linear(inner, ffn.dense, f"{p}.ffn_out"), h, ffn.LayerNorm, f"{p}.ln2")
 
     pooled = node("MatMul", ["pool", h], "pooled")
     head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
-    hidden = _contrib(node_list=nodes, op="Gelu", name="head.act", inputs=[linear(pooled, head[0], "head.fc")])
+    hidden = node("Gelu", [linear(pooled, head[0], "head.fc")], "head.act", domain=_CONTRIB)  # the head's nn.GELU()
     r = node("Reshape", [linear(hidden, head[1], "head.out"), const("shape.r", np.array([-1], dtype=np.int64))], "rewards")
 
     graph = helper.make_graph(
@@ -187,7 +178,7 @@ def build_graph(model: BradleyTerryModel):
         initializer=inits,
     )
     proto = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)], producer_name="orchrm"
+        graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(_CONTRIB, 1)], producer_name="orchrm"
     )
     proto.ir_version = min(proto.ir_version, 10)
     onnx.checker.check_model(proto)
@@ -211,13 +202,13 @@ def graph_inputs(batch: encoders.TokenBatch) -> dict[str, np.ndarray]:
         "segments": batch.segments.numpy(),
         "pool": pool,
     }
-    if batch.action_prompt is None:  # joint: rows padded to the longest, no prompt rows
-        lens = np.asarray(action_lens)
-        slot = np.arange(lens.max())
-        valid = slot[None, :] < lens[:, None]
-        inputs["rows"] = np.where(valid, np.asarray(action_starts[:-1])[:, None] + slot[None, :], 0)
-        inputs["row_mask"] = valid.astype(np.int32)
-        inputs["unpad"] = np.flatnonzero(valid)
+    if batch.action_prompt is None:  # joint: rows padded to the longest (encode_packed's layout), no prompt rows
+        rows = encoders._Rows.of(batch.action_lens, 0)
+        slots = torch.arange(rows.rows * rows.width)
+        gather = slots if rows.gather_index is None else rows.gather_index
+        inputs["rows"] = gather.view(rows.rows, rows.width).numpy()
+        inputs["row_mask"] = rows.valid.int().numpy()
+        inputs["unpad"] = (slots if rows.scatter_index is None else rows.scatter_index).numpy()
         return inputs
     mask = np.full((n_tokens, n_tokens), _MASKED, dtype=np.float32)
     for lo, hi in zip(prompt_starts[:-1], prompt_starts[1:], strict=True):
@@ -250,8 +241,6 @@ class OnnxScorer:
         self.threads = threads
         self._tokenize = model.tokenize
         self._pack = model.pack
-        self._prompt_length = model.config.prompt_length()
-        self._max_length = model.config.max_length
         self.reward_mean = model.reward_mean
         self.reward_std = model.reward_std
         options = ort.SessionOptions()
@@ -265,10 +254,10 @@ class OnnxScorer:
     def _chunks(self, prompt_ids: list[list[int]], action_ids: list[list[int]], which: list[int]) -> list[range]:
         """Consecutive action ranges of at most ``max_tokens`` packed tokens each (at least one action)."""
         shared = self.model_config.architecture == "shared_prompt"
-        framed = [min(len(p), self._prompt_length - 2) + 2 for p in prompt_ids]
+        framed = [encoders.framed_prompt_length(len(p), self.model_config.prompt_length()) for p in prompt_ids]
         chunks, lo, tokens, seen = [], 0, 0, set()
         for i, (a, j) in enumerate(zip(action_ids, which, strict=True)):
-            body = min(len(a), self._max_length - framed[j] - 1) + 1
+            body = encoders.action_body_length(len(a), framed[j], self.model_config.max_length)
             need = body + (framed[j] if (not shared or j not in seen) else 0)
             if i > lo and tokens + need > self.max_tokens:
                 chunks.append(range(lo, i))

@@ -84,6 +84,8 @@ def test_joint_rows_cover_every_token_once(pairs, tiny_model_kwargs):
     assert inputs["rows"].shape == inputs["row_mask"].shape == (3, 8)  # longest row: [CLS] 5 6 [SEP] 11 12 13 [SEP]
     assert (inputs["rows"].reshape(-1)[inputs["unpad"]] == range(batch.num_tokens)).all()
     assert inputs["row_mask"].sum() == batch.num_tokens and "mask" not in inputs
+    equal = graph_inputs(model.pack([[5]], [[6, 7], [8, 9]], [0, 0]))  # no padding at all
+    assert (equal["rows"].reshape(-1) == range(12)).all() and (equal["unpad"] == range(12)).all()
 
 
 def test_minilm_matches(pairs):
