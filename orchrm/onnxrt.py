@@ -4,10 +4,10 @@
 >>> scorer.score("What is 2 + 3?", plans)      # doctest: +SKIP   # == model.score(...) within 1e-5
 
 Why: at the size of a test-time-scaling call (one question, 8 short plans, about 150 tokens) the
-default encoder's matrix products take about 10 ms on one core, and PyTorch's per-operator
-dispatch, the attention bookkeeping and the small element-wise kernels add almost as much again.
-ONNX Runtime runs the forward pass as one graph of its fused kernels (QKV projection + attention in
-one operator, prepacked weights) with no Python between operators
+default encoder's matrix products take 5 to 10 ms on one core (by the machine), and PyTorch's
+per-operator dispatch, the attention bookkeeping and the small element-wise kernels add almost as
+much again. ONNX Runtime runs the forward pass as one graph of its kernels (prepacked weights,
+batched matmuls that read transposed layouts in place) with no Python between operators
 (``benchmarks/results/latency.md`` compares the two).
 
 The graph is written directly from the model's weights with ``onnx.helper`` (no tracing, no
@@ -15,10 +15,13 @@ exporter), for BERT-family encoders (:func:`orchrm.encoders.supports_shared_prom
 architecture, and computes what :func:`orchrm.encoders.encode_packed` computes: tokens stay
 packed through embeddings, linear layers and pooling. Attention in ``joint`` runs on the rows
 padded to the longest, with a key mask. In ``shared_prompt`` it is dense over the chunk's tokens
-with an additive mask (a prompt token sees its prompt; an action token sees its prompt and its own
+with a visibility mask (a prompt token sees its prompt; an action token sees its prompt and its own
 row): T² scores for T tokens instead of the sum over rows, cheap for one question and a few short
 plans, so calls are cut into chunks of at most ``max_tokens`` tokens; one question with 8 plans is
-one chunk.
+one chunk. The softmax never takes exp() of a masked score (see ``softmax`` in
+:func:`build_graph`): ONNX Runtime's own Attention operator does, through an additive mask, and
+exp() of a very negative number runs the CPU's slow denormal path, which cost that operator more
+than the matmuls of the attention itself.
 
 The scorer copies the weights when it is built: train the model further and build a new one.
 Needs the ``onnx`` extra (``pip install 'orchrm[onnx]'``).
@@ -39,16 +42,16 @@ from orchrm.model import BradleyTerryModel, pair_up
 
 #: ONNX opset of the graph (Gelu is a standard operator from 20 on)
 OPSET = 20
+#: ONNX Runtime's own operators (FusedMatMul: a batched matmul that reads transposed layouts)
+_CONTRIB = "com.microsoft"
 #: a chunk holds at most this many tokens (unless one action alone is longer)
 DEFAULT_MAX_TOKENS = 512
-#: additive mask for a key a query must not see: exp() of it underflows to exactly 0
+#: added to the scores of keys a query must not see before taking each row's maximum
 _MASKED = float(np.finfo(np.float32).min)
 
-#: ``transformers`` activation -> (ONNX operator, its attributes); "gelu" (exact erf) runs ONNX
-#: Runtime's own contrib kernel
-_CONTRIB = "com.microsoft"
+#: ``transformers`` activation -> (ONNX operator, its attributes)
 _ACTIVATIONS: dict[str, tuple[str, dict[str, Any]]] = {
-    "gelu": ("Gelu", {"domain": _CONTRIB}),
+    "gelu": ("Gelu", {}),
     "gelu_new": ("Gelu", {"approximate": "tanh"}),
     "gelu_pytorch_tanh": ("Gelu", {"approximate": "tanh"}),
     "relu": ("Relu", {}),
@@ -72,10 +75,10 @@ def build_graph(model: BradleyTerryModel):
 
     Inputs (:func:`graph_inputs` makes them from a :class:`TokenBatch`): ``input_ids``,
     ``positions``, ``segments`` (T,) int64; ``pool`` (A, T) float32, row i averaging action i's
-    pooled tokens; for ``shared_prompt`` ``mask`` (T, T) float32, 0 where token i may attend to
-    token j and float32 min elsewhere; for ``joint`` ``rows`` (A, W) int64, the packed token in
-    each slot of the rows padded to W, ``row_mask`` (A, W) int32 (1: a real token) and ``unpad``
-    (T,) int64, each packed token's slot. Output: ``rewards`` (A,).
+    pooled tokens; for ``shared_prompt`` ``visible`` (T, T) float32, 1 where token i may attend to
+    token j and 0 elsewhere; for ``joint`` ``rows`` (A, W) int64, the packed token in each slot of
+    the rows padded to W, ``row_visible`` (A, W) float32 (1: a real token) and ``unpad`` (T,)
+    int64, each packed token's slot. Output: ``rewards`` (A,).
     """
     onnx, _ = _import_onnx()
     from onnx import TensorProto, helper, numpy_helper
@@ -129,21 +132,56 @@ def build_graph(model: BradleyTerryModel):
     h = layer_norm(h, emb.LayerNorm, "emb.ln")
 
     shared = model.shared_prompt
+    head_dim = width // heads
     as_tokens = const("shape.tokens", np.array([-1, width], dtype=np.int64))
-    if shared:  # one sequence of all T tokens; the (T, T) mask says who sees whom
-        as_batch = const("shape.batch", np.array([1, -1, width], dtype=np.int64))
-        bias = node("Unsqueeze", ["mask", const("axes.01", np.array([0, 1], dtype=np.int64))], "mask4")
+    last = const("axes.last", np.array([-1], dtype=np.int64))
+    zero = const("zero", np.array(0.0, dtype=np.float32))
+    # who sees whom: ``keep`` 1/0 per (query, key), ``bias`` 0/float32 min (for the row maxima)
+    if shared:  # one sequence of all T tokens, keep (T, T)
+        keep = "visible"
+        as_heads = const("shape.heads", np.array([-1, heads, head_dim], dtype=np.int64))
+    else:  # rows padded to W, keep (A, 1, 1, W)
+        keep = node("Unsqueeze", ["row_visible", const("axes.12", np.array([1, 2], dtype=np.int64))], "keep")
+        as_rows = const("shape.rows", np.array([0, 0, 3 * heads, head_dim], dtype=np.int64))
+    bias = node("Mul", [node("Sub", [keep, const("one", np.array(1.0, dtype=np.float32))], "keep_minus_1"),
+                        const("big", np.array(-_MASKED, dtype=np.float32))], "bias")
+
+    def softmax(scores: str, p: str) -> str:
+        """Softmax over the keys a query may see, exactly 0 elsewhere.
+
+        Not ``Softmax(scores + bias)``: exp() of a masked score (float32 min, or anything below
+        about -87) takes the CPU's slow denormal path and cost more than the rest of attention.
+        Here every exp() argument lies in [-inf, 0] around the row's largest *visible* score, and
+        masked entries are multiplied out.
+        """
+        top = node("ReduceMax", [node("Add", [scores, bias], f"{p}.biased"), last], f"{p}.max", keepdims=1)
+        e = node("Exp", [node("Min", [node("Sub", [scores, top], f"{p}.shifted"), zero], f"{p}.clipped")], f"{p}.exp")
+        e = node("Mul", [e, keep], f"{p}.visible")
+        return node("Div", [e, node("ReduceSum", [e, last], f"{p}.sum", keepdims=1)], f"{p}.probs")
+
     for i, layer in enumerate(bert.encoder.layer):
         p = f"l{i}"
         w, b = encoders._fused_qkv(layer.attention.self)
-        weights = [const(f"{p}.qkv.weight", w.t()), const(f"{p}.qkv.bias", b)]
-        if shared:
-            x = node("Reshape", [h, as_batch], f"{p}.h3")
-            o = node("Attention", [x, *weights, "", "", bias], f"{p}.attn", domain=_CONTRIB, num_heads=heads)
-            o = node("Reshape", [o, as_tokens], f"{p}.ctx")
-        else:  # independent rows: a padded (A, W) batch with a key mask, as BERT itself runs
-            x = node("Gather", [h, "rows"], f"{p}.padded")
-            o = node("Attention", [x, *weights, "row_mask"], f"{p}.attn", domain=_CONTRIB, num_heads=heads)
+        scale = torch.ones(3 * width)
+        scale[:width] = head_dim**-0.5  # scores = (q / sqrt(d)) . k
+        if shared:  # q, k, v (T, H, d); FusedMatMul reads them as (H, T, d) without a copy
+            w, b = w * scale[:, None], b * scale
+            q, k, v = (
+                node("Reshape", [node("Gemm", [h, const(f"{p}.{n}.weight", w[j * width : (j + 1) * width]),
+                                                const(f"{p}.{n}.bias", b[j * width : (j + 1) * width])], f"{p}.{n}2", transB=1), as_heads], f"{p}.{n}")
+                for j, n in enumerate("qkv")
+            )
+            scores = node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transBatchA=1, transBatchB=1, transB=1)
+            ctx = node("FusedMatMul", [softmax(scores, p), v], f"{p}.ctx_heads", domain=_CONTRIB, transBatchB=1)  # (H, T, d)
+            o = node("Reshape", [node("Transpose", [ctx], f"{p}.ctx_tokens", perm=[1, 0, 2]), as_tokens], f"{p}.ctx")
+        else:  # independent rows: (A, W, 3H, d) -> q, k, v (A, H, W, d), a key mask per row
+            qkv = node("Gemm", [h, const(f"{p}.qkv.weight", w * scale[:, None]), const(f"{p}.qkv.bias", b * scale)], f"{p}.qkv", transB=1)
+            rows = node("Reshape", [node("Gather", [qkv, "rows"], f"{p}.padded"), as_rows], f"{p}.qkv4")
+            q, k, v = (f"{p}.{n}" for n in "qkv")
+            nodes.append(helper.make_node("Split", [node("Transpose", [rows], f"{p}.qkv_heads", perm=[0, 2, 1, 3])], [q, k, v], axis=1, num_outputs=3))
+            scores = node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transB=1)
+            ctx = node("MatMul", [softmax(scores, p), v], f"{p}.ctx_heads")  # (A, H, W, d)
+            o = node("Transpose", [ctx], f"{p}.ctx_rows", perm=[0, 2, 1, 3])
             o = node("Gather", [node("Reshape", [o, as_tokens], f"{p}.ctx2"), "unpad"], f"{p}.ctx")
         out = layer.attention.output
         h = skip_norm(linear(o, out.dense, f"{p}.attn_out"), h, out.LayerNorm, f"{p}.ln1")
@@ -153,7 +191,7 @@ def build_graph(model: BradleyTerryModel):
 
     pooled = node("MatMul", ["pool", h], "pooled")
     head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
-    hidden = node("Gelu", [linear(pooled, head[0], "head.fc")], "head.act", domain=_CONTRIB)  # the head's nn.GELU()
+    hidden = node("Gelu", [linear(pooled, head[0], "head.fc")], "head.act")  # the head's nn.GELU()
     r = node("Reshape", [linear(hidden, head[1], "head.out"), const("shape.r", np.array([-1], dtype=np.int64))], "rewards")
 
     graph = helper.make_graph(
@@ -164,11 +202,11 @@ def build_graph(model: BradleyTerryModel):
             helper.make_tensor_value_info("positions", TensorProto.INT64, ["T"]),
             helper.make_tensor_value_info("segments", TensorProto.INT64, ["T"]),
             *(
-                [helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["T", "T"])]
+                [helper.make_tensor_value_info("visible", TensorProto.FLOAT, ["T", "T"])]
                 if shared
                 else [
                     helper.make_tensor_value_info("rows", TensorProto.INT64, ["A", "W"]),
-                    helper.make_tensor_value_info("row_mask", TensorProto.INT32, ["A", "W"]),
+                    helper.make_tensor_value_info("row_visible", TensorProto.FLOAT, ["A", "W"]),
                     helper.make_tensor_value_info("unpad", TensorProto.INT64, ["T"]),
                 ]
             ),
@@ -207,16 +245,16 @@ def graph_inputs(batch: encoders.TokenBatch) -> dict[str, np.ndarray]:
         slots = torch.arange(rows.rows * rows.width)
         gather = slots if rows.gather_index is None else rows.gather_index
         inputs["rows"] = gather.view(rows.rows, rows.width).numpy()
-        inputs["row_mask"] = rows.valid.int().numpy()
+        inputs["row_visible"] = rows.valid.float().numpy()
         inputs["unpad"] = (slots if rows.scatter_index is None else rows.scatter_index).numpy()
         return inputs
-    mask = np.full((n_tokens, n_tokens), _MASKED, dtype=np.float32)
+    visible = np.zeros((n_tokens, n_tokens), dtype=np.float32)
     for lo, hi in zip(prompt_starts[:-1], prompt_starts[1:], strict=True):
-        mask[lo:hi, lo:hi] = 0.0
+        visible[lo:hi, lo:hi] = 1.0
     for lo, hi, j in zip(action_starts[:-1], action_starts[1:], batch.action_prompt.tolist(), strict=True):
-        mask[lo:hi, lo:hi] = 0.0
-        mask[lo:hi, prompt_starts[j] : prompt_starts[j + 1]] = 0.0
-    inputs["mask"] = mask
+        visible[lo:hi, lo:hi] = 1.0
+        visible[lo:hi, prompt_starts[j] : prompt_starts[j + 1]] = 1.0
+    inputs["visible"] = visible
     return inputs
 
 

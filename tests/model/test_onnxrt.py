@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,7 +69,8 @@ def _chunk_args(model, prompts, actions):
 def test_mask_lets_actions_see_their_prompt_and_themselves_only(trained_model):
     batch = trained_model.pack([[5, 6], [7]], [[8, 9], [10], [11]], [0, 1, 0])
     inputs = graph_inputs(batch)
-    seen = inputs["mask"] == 0
+    assert set(np.unique(inputs["visible"])) == {0.0, 1.0}
+    seen = inputs["visible"] == 1
     # tokens: prompt 0 = [CLS] 5 6 [SEP] (0-3), prompt 1 = [CLS] 7 [SEP] (4-6), actions 7-9, 10-11, 12-13
     assert seen[0, :4].all() and not seen[0, 4:].any()
     assert seen[7, list(range(4)) + [7, 8, 9]].all() and seen[7].sum() == 7
@@ -81,9 +83,9 @@ def test_joint_rows_cover_every_token_once(pairs, tiny_model_kwargs):
     model = BradleyTerryModel(**{**tiny_model_kwargs, "architecture": "joint"})
     batch = model.pack([[5, 6], [7]], [[8, 9], [10], [11, 12, 13]], [0, 1, 0])
     inputs = graph_inputs(batch)
-    assert inputs["rows"].shape == inputs["row_mask"].shape == (3, 8)  # longest row: [CLS] 5 6 [SEP] 11 12 13 [SEP]
+    assert inputs["rows"].shape == inputs["row_visible"].shape == (3, 8)  # longest row: [CLS] 5 6 [SEP] 11 12 13 [SEP]
     assert (inputs["rows"].reshape(-1)[inputs["unpad"]] == range(batch.num_tokens)).all()
-    assert inputs["row_mask"].sum() == batch.num_tokens and "mask" not in inputs
+    assert inputs["row_visible"].sum() == batch.num_tokens and "visible" not in inputs
     equal = graph_inputs(model.pack([[5]], [[6, 7], [8, 9]], [0, 0]))  # no padding at all
     assert (equal["rows"].reshape(-1) == range(12)).all() and (equal["unpad"] == range(12)).all()
 
