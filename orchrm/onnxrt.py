@@ -146,18 +146,20 @@ def build_graph(model: BradleyTerryModel):
     bias = node("Mul", [node("Sub", [keep, const("one", np.array(1.0, dtype=np.float32))], "keep_minus_1"),
                         const("big", np.array(-_MASKED, dtype=np.float32))], "bias")
 
-    def softmax(scores: str, p: str) -> str:
-        """Softmax over the keys a query may see, exactly 0 elsewhere.
+    def attend(scores: str, values: str, p: str, op: str = "MatMul", **attrs: Any) -> str:
+        """``op(softmax(scores), values)`` with the softmax over the keys a query may see (exactly 0 elsewhere).
 
         Not ``Softmax(scores + bias)``: exp() of a masked score (float32 min, or anything below
         about -87) takes the CPU's slow denormal path and cost more than the rest of attention.
         Here every exp() argument lies in [-inf, 0] around the row's largest *visible* score, and
-        masked entries are multiplied out.
+        masked entries are multiplied out. The normalisation divides the (queries, d) output
+        rather than the (queries, keys) weights.
         """
         top = node("ReduceMax", [node("Add", [scores, bias], f"{p}.biased"), last], f"{p}.max", keepdims=1)
         e = node("Exp", [node("Min", [node("Sub", [scores, top], f"{p}.shifted"), zero], f"{p}.clipped")], f"{p}.exp")
         e = node("Mul", [e, keep], f"{p}.visible")
-        return node("Div", [e, node("ReduceSum", [e, last], f"{p}.sum", keepdims=1)], f"{p}.probs")
+        weighted = node(op, [e, values], f"{p}.weighted", **attrs)
+        return node("Div", [weighted, node("ReduceSum", [e, last], f"{p}.sum", keepdims=1)], f"{p}.ctx_heads")
 
     for i, layer in enumerate(bert.encoder.layer):
         p = f"l{i}"
@@ -172,7 +174,7 @@ def build_graph(model: BradleyTerryModel):
                 for j, n in enumerate("qkv")
             )
             scores = node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transBatchA=1, transBatchB=1, transB=1)
-            ctx = node("FusedMatMul", [softmax(scores, p), v], f"{p}.ctx_heads", domain=_CONTRIB, transBatchB=1)  # (H, T, d)
+            ctx = attend(scores, v, p, "FusedMatMul", domain=_CONTRIB, transBatchB=1)  # (H, T, d)
             o = node("Reshape", [node("Transpose", [ctx], f"{p}.ctx_tokens", perm=[1, 0, 2]), as_tokens], f"{p}.ctx")
         else:  # independent rows: (A, W, 3H, d) -> q, k, v (A, H, W, d), a key mask per row
             qkv = node("Gemm", [h, const(f"{p}.qkv.weight", w * scale[:, None]), const(f"{p}.qkv.bias", b * scale)], f"{p}.qkv", transB=1)
@@ -180,7 +182,7 @@ def build_graph(model: BradleyTerryModel):
             q, k, v = (f"{p}.{n}" for n in "qkv")
             nodes.append(helper.make_node("Split", [node("Transpose", [rows], f"{p}.qkv_heads", perm=[0, 2, 1, 3])], [q, k, v], axis=1, num_outputs=3))
             scores = node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transB=1)
-            ctx = node("MatMul", [softmax(scores, p), v], f"{p}.ctx_heads")  # (A, H, W, d)
+            ctx = attend(scores, v, p)  # (A, H, W, d)
             o = node("Transpose", [ctx], f"{p}.ctx_rows", perm=[0, 2, 1, 3])
             o = node("Gather", [node("Reshape", [o, as_tokens], f"{p}.ctx2"), "unpad"], f"{p}.ctx")
         out = layer.attention.output
