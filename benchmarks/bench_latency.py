@@ -200,10 +200,11 @@ def main() -> int:
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
-        for runtime in RUNTIMES:
-            for name, model, run_cases, note in runs:
+        for name, model, run_cases, note in runs:  # both runtimes of a model back to back: the same machine load
+            for runtime in RUNTIMES:
                 scorer = OnnxScorer(model, threads=threads) if runtime == ONNX else None
                 r = measure(model, run_cases, rounds=args.rounds, scorer=scorer)
+                del scorer  # its ONNX Runtime threads go with it
                 if model is default and note.startswith("sandbox") and runtime == TORCH:
                     r["matmuls_only_ms"] = linear_floor(model, run_cases, rounds=args.rounds)["p50_ms"]
                 rows.append({"threads": threads, "runtime": runtime, "model": name, "inputs": note, **r})
@@ -211,6 +212,7 @@ def main() -> int:
                       f"limit {r['limit_ms']:7.2f} ms  ratio {r['ratio_to_limit']:.2f}  tokens {r['tokens']:.0f}",
                       file=sys.stderr)
 
+    rows.sort(key=lambda r: (r["threads"], RUNTIMES.index(r["runtime"])))  # the table: one runtime's rows together
     defaults = [r for r in rows if r["model"].startswith("default")]
     meets = {
         f"{r['runtime']}, {r['threads']} thread(s)": {
