@@ -23,6 +23,7 @@ BENCHES = {
     "pairs": "bench_pairs.py",
     "accuracy": "bench_accuracy.py",
     "latency": "bench_latency.py",
+    "onnx_profile": "profile_onnx.py",
     "train": "bench_train.py",
 }
 
