@@ -139,7 +139,7 @@ def build_graph(model: BradleyTerryModel):
     # who sees whom: ``keep`` 1/0 per (query, key), ``bias`` 0/float32 min (for the row maxima)
     if shared:  # one sequence of all T tokens, keep (T, T)
         keep = "visible"
-        as_heads = const("shape.heads", np.array([-1, heads, head_dim], dtype=np.int64))
+        as_heads = const("shape.heads", np.array([-1, 3 * heads, head_dim], dtype=np.int64))
     else:  # rows padded to W, keep (A, 1, 1, W)
         keep = node("Unsqueeze", ["row_visible", const("axes.12", np.array([1, 2], dtype=np.int64))], "keep")
         as_rows = const("shape.rows", np.array([0, 0, 3 * heads, head_dim], dtype=np.int64))
@@ -166,20 +166,15 @@ def build_graph(model: BradleyTerryModel):
         w, b = encoders._fused_qkv(layer.attention.self)
         scale = torch.ones(3 * width)
         scale[:width] = head_dim**-0.5  # scores = (q / sqrt(d)) . k
-        if shared:  # q, k, v (T, H, d); FusedMatMul reads them as (H, T, d) without a copy
-            w, b = w * scale[:, None], b * scale
-            q, k, v = (
-                node("Reshape", [node("Gemm", [h, const(f"{p}.{n}.weight", w[j * width : (j + 1) * width]),
-                                                const(f"{p}.{n}.bias", b[j * width : (j + 1) * width])], f"{p}.{n}2", transB=1), as_heads], f"{p}.{n}")
-                for j, n in enumerate("qkv")
-            )
+        qkv = node("Gemm", [h, const(f"{p}.qkv.weight", w * scale[:, None]), const(f"{p}.qkv.bias", b * scale)], f"{p}.qkv", transB=1)
+        q, k, v = (f"{p}.{n}" for n in "qkv")
+        if shared:  # (T, 3H, d) -> q, k, v (T, H, d); FusedMatMul reads them as (H, T, d) without a copy
+            nodes.append(helper.make_node("Split", [node("Reshape", [qkv, as_heads], f"{p}.qkv3")], [q, k, v], axis=1, num_outputs=3))
             scores = node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transBatchA=1, transBatchB=1, transB=1)
             ctx = attend(scores, v, p, "FusedMatMul", domain=_CONTRIB, transBatchB=1)  # (H, T, d)
             o = node("Reshape", [node("Transpose", [ctx], f"{p}.ctx_tokens", perm=[1, 0, 2]), as_tokens], f"{p}.ctx")
         else:  # independent rows: (A, W, 3H, d) -> q, k, v (A, H, W, d), a key mask per row
-            qkv = node("Gemm", [h, const(f"{p}.qkv.weight", w * scale[:, None]), const(f"{p}.qkv.bias", b * scale)], f"{p}.qkv", transB=1)
             rows = node("Reshape", [node("Gather", [qkv, "rows"], f"{p}.padded"), as_rows], f"{p}.qkv4")
-            q, k, v = (f"{p}.{n}" for n in "qkv")
             nodes.append(helper.make_node("Split", [node("Transpose", [rows], f"{p}.qkv_heads", perm=[0, 2, 1, 3])], [q, k, v], axis=1, num_outputs=3))
             scores = node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transB=1)
             ctx = attend(scores, v, p)  # (A, H, W, d)
