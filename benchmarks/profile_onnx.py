@@ -128,7 +128,7 @@ def main() -> int:
         "",
         "Gemm: the linear layers (q, k, v, attention output, feed-forward, head); FusedMatMul: the "
         "attention's scores and weighted values; ReduceMax, Sub, Min, Exp, Mul, ReduceSum, Div: its "
-        "masked softmax; Add: residuals, embeddings and the mask bias.",
+        "masked softmax; Split, Transpose, Reshape: the heads' layout; Add: residuals, embeddings and the mask bias.",
     ]
     (args.out / "onnx_profile.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
