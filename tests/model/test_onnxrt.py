@@ -34,6 +34,39 @@ def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architectur
     torch.testing.assert_close(scorer.score(question, plans), model.score(question, plans), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("architecture", ["shared_prompt", "joint"])
+def test_sharp_attention_matches_and_never_sees_masked_keys(pairs, tiny_model_kwargs, architecture):
+    # queries and keys scaled up: attention logits spread over hundreds, so a key the query must not see
+    # often outscores every key it may see, and exp() of visible scores far below the row's
+    # overall maximum would underflow; the masked softmax must still match PyTorch, with no NaN
+    model = BradleyTerryModel(**{**tiny_model_kwargs, "architecture": architecture})
+    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + list(pairs["rejected"]))
+    with torch.no_grad():
+        for layer in model.encoder.encoder.layer:
+            for projection in (layer.attention.self.query, layer.attention.self.key):
+                projection.weight.mul_(300.0)
+                projection.bias.mul_(300.0)
+    prompts, actions = _texts(pairs)
+    logits = _first_layer_logits(model, prompts[0], actions[:8])
+    assert logits.max() - logits.min() > 500  # the premise: exp() of most differences underflows
+    expected = model.score(prompts, actions)
+    got = OnnxScorer(model).score(prompts, actions)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def _first_layer_logits(model, prompt: str, actions: list[str]) -> torch.Tensor:
+    """(heads, T, T) attention logits of the first layer over a packed batch, every pair of tokens."""
+    batch = model.pack(model.tokenize([prompt]), model.tokenize(actions), [0] * len(actions))
+    bert, heads = model.encoder, model.encoder.config.num_attention_heads
+    with torch.no_grad():
+        x = bert.embeddings(input_ids=batch.input_ids[None], position_ids=batch.positions[None],
+                            token_type_ids=batch.segments[None])[0]
+        att = bert.encoder.layer[0].attention.self
+        q, k = (proj(x).view(len(x), heads, -1).transpose(0, 1) for proj in (att.query, att.key))
+        return q @ k.transpose(1, 2) / q.shape[-1] ** 0.5
+
+
 def test_trained_model_and_normalized_rewards_match(trained_model, pairs):
     prompts, actions = _texts(pairs, 20)
     trained_model.reward_mean, trained_model.reward_std = 0.3, 2.0
