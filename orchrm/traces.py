@@ -71,16 +71,37 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _new_file_mode() -> int:
+    """The permissions ``open()`` gives a new file: 0o666 less the process's umask."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+#: read once at import: reading the umask means setting it, which is not thread-safe
+_NEW_FILE_MODE = _new_file_mode()
+
+
 def atomic_write_bytes(path: str | os.PathLike, write) -> Path:
-    """Call ``write(tmp_path)`` then move the finished file onto ``path`` atomically."""
+    """Call ``write(tmp_path)`` then move the finished file onto ``path`` atomically.
+
+    The file gets the permissions of the file it replaces, or those ``open()`` would give a new
+    one (not the owner-only mode of the temporary file), so a model or table shared with a team
+    stays readable to it.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = _NEW_FILE_MODE
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
         write(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
         _fsync_dir(target.parent)
     except BaseException:

@@ -1,6 +1,7 @@
 """`orchrm ingest`: a user's own traces become an artifact table, or nothing is written."""
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -117,3 +118,15 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
         write_table(Unwritable({"x": [3]}), target)
     assert read_table(target).x.tolist() == [1, 2]
     assert [p.name for p in tmp_path.iterdir()] == ["a.parquet"]
+
+
+def test_atomic_write_gives_a_new_file_normal_permissions_and_keeps_an_old_files(tmp_path):
+    umask = os.umask(0o022)
+    os.umask(umask)
+    new = write_table(pd.DataFrame({"x": [1]}), tmp_path / "new.parquet")
+    assert new.stat().st_mode & 0o777 == 0o666 & ~umask  # not the temporary file's owner-only 0o600
+    kept = tmp_path / "kept.jsonl"
+    write_table(pd.DataFrame({"x": [1]}), kept)
+    kept.chmod(0o640)
+    write_table(pd.DataFrame({"x": [2]}), kept)
+    assert kept.stat().st_mode & 0o777 == 0o640 and read_table(kept).x.tolist() == [2]
