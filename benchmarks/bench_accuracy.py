@@ -32,6 +32,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from results_io import write_json, write_text  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(".orchrm") / "bench"
 
@@ -132,7 +135,7 @@ def write_markdown(result: dict, path: Path) -> None:
         lines.append(f"| {r['encoder']} | {r['epochs_run']} | {r['best_epoch']} | {r['best_val_accuracy']:.3f} | {r['train_pairs']} |")
     if result.get("command"):
         lines += ["", f"Command: `{result['command']}`"]
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def main() -> int:
@@ -200,8 +203,7 @@ def main() -> int:
         "runs": runs,
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "accuracy.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out / "accuracy.json", result)
 
     write_markdown(result, args.out / "accuracy.md")
     print((args.out / "accuracy.md").read_text())

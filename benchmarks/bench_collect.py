@@ -22,6 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from results_io import write_json, write_text  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 TARGET = {"math": 200, "code": 20, "multihop": 200, "webqa": 200}
 
@@ -72,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(domain, json.dumps(report["domains"][domain]), flush=True)
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(out, report)
     md = [
         f"# Collection speed ({report['cpu_count']} CPU cores, {args.workers} workers, {args.plans} plans per task)",
         "",
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         md.append(
             f"| {d} | {r['tasks']} | {r['single_process_per_s']:.0f} | {r['parallel_per_s']:.0f} | {r['target_per_s']} | {'yes' if r['meets_target'] else 'no'} |"
         )
-    out.with_suffix(".md").write_text("\n".join(md) + "\n")
+    write_text(out.with_suffix(".md"), "\n".join(md) + "\n")
     print("\n".join(md))
     return 0
 

@@ -21,7 +21,6 @@ Run niced on a shared machine::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -38,6 +37,9 @@ import torch.nn.functional as F  # noqa: E402
 from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.encoders import TokenBatch  # noqa: E402
 from orchrm.onnxrt import OnnxScorer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results_io import write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_RATIO = 1.3
@@ -230,8 +232,7 @@ def main() -> int:
         "default_meets_targets": meets,
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "latency.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out / "latency.json", result)
     lines = [
         "# Scoring latency: 8 candidate plans of one task (CPU, fp32)",
         "",
@@ -261,7 +262,7 @@ def main() -> int:
             line += (f" The forward pass's matrix products alone, same shapes, back to back: {floor:.1f} ms = "
                      f"{floor / r['limit_ms']:.2f}x the limit.")
         lines.append(line)
-    (args.out / "latency.md").write_text("\n".join(lines) + "\n")
+    write_text(args.out / "latency.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

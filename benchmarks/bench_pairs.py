@@ -24,7 +24,6 @@ Run it niced on a shared machine::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -34,6 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results_io import write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_BUILD_S = 5.0
@@ -363,10 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{d}: intermediate {r['intermediate_tokens_per_pair']} vs correct-over-incorrect "
                   f"{r['correct_over_incorrect_tokens_per_pair']} tokens/pair", flush=True)
     out = Path(args.out)
-    from orchrm.traces import atomic_write_bytes
-
-    atomic_write_bytes(out, lambda tmp: Path(tmp).write_text(json.dumps(report, indent=2, default=str) + "\n"))
-    atomic_write_bytes(out.with_suffix(".md"), lambda tmp: Path(tmp).write_text(_markdown(report)))
+    write_json(out, report)
+    write_text(out.with_suffix(".md"), _markdown(report))
     print(f"wrote {out} and {out.with_suffix('.md')}")
     return 0
 

@@ -34,6 +34,9 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from results_io import write_json, write_text  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 
 # tasks of these seeds were never looked at while the noise model was set
@@ -150,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{domain}:{source}: {json.dumps(summary)}", flush=True)
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(out, report)
     md = [
         f"# Plan choice in the sandbox (8 base-sampler candidates, {args.repeats} re-runs each, seed {args.seed})",
         "",
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "while the noise model was set, and the real data sets when present.",
         "",
     ]
-    out.with_suffix(".md").write_text("\n".join(md))
+    write_text(out.with_suffix(".md"), "\n".join(md))
     print("\n".join(md))
     return 0
 

@@ -24,7 +24,6 @@ Run niced on a shared machine (about 15-25 minutes on 2 cores)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -42,6 +41,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_accuracy import sandbox_pairs  # noqa: E402
+from results_io import write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_SPEEDUP = 2.0
@@ -174,8 +174,7 @@ def main() -> int:
         "default_meets_target": best["speedup_vs_trl"] >= TARGET_SPEEDUP and best["accuracy_minus_trl"] >= 0,
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "train.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out / "train.json", result)
     lines = [
         "# Training: OrchRM Trainer vs TRL RewardTrainer (MiniLM, CPU, fp32)",
         "",
@@ -192,7 +191,7 @@ def main() -> int:
                      f"{r['train_seconds']:.0f} | {r['test_accuracy']:.3f} | {r['accuracy_minus_trl']:+.3f} |")
     lines += ["", f"Target (default `shared_prompt`): >= {TARGET_SPEEDUP:.0f}x TRL's pairs/s at equal or better accuracy: "
               f"**{'met' if result['default_meets_target'] else 'not met'}**."]
-    (args.out / "train.md").write_text("\n".join(lines) + "\n")
+    write_text(args.out / "train.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -30,6 +30,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_accuracy import sandbox_pairs  # noqa: E402
 from bench_train import pairwise_accuracy, select  # noqa: E402
+from results_io import write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -89,11 +90,10 @@ def main() -> int:
     if out_dir is None:
         print(json.dumps(gpu, indent=2))
         return 0
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "train.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     data["gpu"] = gpu
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    write_json(path, data)
     md = out_dir / "train.md"
     text = md.read_text().split("\n## GPU")[0].rstrip() + "\n" if md.exists() else ""
     lines = [
@@ -105,7 +105,7 @@ def main() -> int:
     for r in rows:
         peak = "-" if r["peak_memory_mib"] is None else f"{r['peak_memory_mib']:.0f}"
         lines.append(f"| {r['architecture']} | {r['precision']} | {r['pairs_per_second']:.1f} | {peak} | {r['test_accuracy']:.3f} |")
-    md.write_text(text + "\n".join(lines) + "\n")
+    write_text(md, text + "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

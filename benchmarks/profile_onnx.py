@@ -34,6 +34,7 @@ from orchrm.onnxrt import OnnxScorer, graph_inputs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency import batch_flops, matmul_rate, sandbox_tasks  # noqa: E402
+from results_io import write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -111,8 +112,7 @@ def main() -> int:
         "limit_ms": limit_ms,
         "kernel_ms_by_op": dict(ops),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "onnx_profile.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out / "onnx_profile.json", result)
     lines = [
         "# Where OnnxScorer's time goes (default model, 8 plans of one task)",
         "",
@@ -130,7 +130,7 @@ def main() -> int:
         "attention's scores and weighted values; ReduceMax, Sub, Min, Exp, Mul, ReduceSum, Div: its "
         "masked softmax; Split, Transpose, Reshape: the heads' layout; Add: residuals, embeddings and the mask bias.",
     ]
-    (args.out / "onnx_profile.md").write_text("\n".join(lines) + "\n")
+    write_text(args.out / "onnx_profile.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
