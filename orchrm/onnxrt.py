@@ -18,7 +18,7 @@ padded to the longest, with a key mask. In ``shared_prompt`` it is dense over th
 with a visibility mask (a prompt token sees its prompt; an action token sees its prompt and its own
 row): T² scores for T tokens instead of the sum over rows, cheap for one question and a few short
 plans, so calls are cut into chunks of at most ``max_tokens`` tokens; one question with 8 plans is
-one chunk. The softmax never takes exp() of a masked score (see ``softmax`` in
+one chunk. The softmax never takes exp() of a masked score (see ``attend`` in
 :func:`build_graph`): ONNX Runtime's own Attention operator does, through an additive mask, and
 exp() of a very negative number runs the CPU's slow denormal path, which cost that operator more
 than the matmuls of the attention itself.
