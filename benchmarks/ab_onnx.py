@@ -9,12 +9,14 @@ sessions (two spinning thread pools in one process slow each other down).
 
     python benchmarks/ab_onnx.py --against 1c04b9c
     python benchmarks/ab_onnx.py --against HEAD~1 --encoder minilm --threads 2
+    python benchmarks/ab_onnx.py --against HEAD --dense-max-tokens 0   # row-wise attention vs the default
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import os
 import statistics
 import subprocess
@@ -29,7 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
-from orchrm import BradleyTerryModel  # noqa: E402
+from orchrm import BradleyTerryModel, onnxrt  # noqa: E402
 from orchrm.onnxrt import OnnxScorer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -53,8 +55,11 @@ def scorer_class_at(revision: str, tmp: Path):
     return module.OnnxScorer
 
 
-def quiet_session(scorer, threads: int) -> None:
-    """Rebuild the scorer's session without spinning threads (the graph and other options unchanged)."""
+def quiet_scorer(cls, model: BradleyTerryModel, threads: int):
+    """``cls(model)`` whose ONNX Runtime threads do not spin (revisions before ``spinning=``: session rebuilt)."""
+    if "spinning" in inspect.signature(cls).parameters:
+        return cls(model, threads=threads, spinning=False)
+    scorer = cls(model, threads=threads)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -62,6 +67,7 @@ def quiet_session(scorer, threads: int) -> None:
     options.log_severity_level = 3
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     scorer.session = ort.InferenceSession(scorer.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return scorer
 
 
 def main() -> int:
@@ -72,9 +78,14 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads (default 1)")
     ap.add_argument("--tasks", type=int, default=6, help="tasks per domain (default 6)")
     ap.add_argument("--rounds", type=int, default=4, help="passes over the tasks (default 4)")
+    ap.add_argument("--dense-max-tokens", type=int, default=None, metavar="N",
+                    help="this checkout's scorer attends densely up to N tokens a chunk (default: "
+                         "orchrm.onnxrt.DENSE_MAX_TOKENS; 0: rows always)")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
+    if args.dense_max_tokens is not None:
+        onnxrt.DENSE_MAX_TOKENS = args.dense_max_tokens
 
     cases = [(q, plans) for _, q, plans in sandbox_tasks(args.tasks, 8, 7)]
     model = BradleyTerryModel(encoder=args.encoder, architecture=args.architecture, dropout=0.0)
@@ -82,11 +93,11 @@ def main() -> int:
         model.fit_tokenizer([q for q, _ in cases] + [p for _, ps in cases for p in ps])
     model.eval()
     with tempfile.TemporaryDirectory() as tmp:
-        scorers = {"old": scorer_class_at(args.against, Path(tmp))(model, threads=args.threads),
-                   "new": OnnxScorer(model, threads=args.threads)}
+        classes = {"old": scorer_class_at(args.against, Path(tmp)), "new": OnnxScorer}
     if args.threads > 1:
-        for scorer in scorers.values():
-            quiet_session(scorer, args.threads)
+        scorers = {name: quiet_scorer(cls, model, args.threads) for name, cls in classes.items()}
+    else:
+        scorers = {name: cls(model, threads=args.threads) for name, cls in classes.items()}
     for scorer in scorers.values():
         for q, plans in cases[:3]:
             scorer.score(q, plans)
@@ -104,7 +115,7 @@ def main() -> int:
             ratios.append(times["new"][-1] / times["old"][-1])
             largest_diff = max(largest_diff, float((rewards["new"] - rewards["old"]).abs().max()))
     print(f"{args.encoder}, {args.architecture}, {args.threads} thread(s), {len(ratios)} calls each, "
-          f"baseline orchrm/onnxrt.py at {args.against}")
+          f"baseline orchrm/onnxrt.py at {args.against}; new: dense attention up to {onnxrt.DENSE_MAX_TOKENS} tokens")
     for name, ts in times.items():
         print(f"  {name}: p50 {1e3 * statistics.median(ts):.2f} ms")
     print(f"  new / old, median of per-call ratios: {statistics.median(ratios):.3f}")

@@ -39,8 +39,8 @@ from results_io import write_json, write_text  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 
 
-def profiled_session(scorer: OnnxScorer, threads: int, prefix: str) -> ort.InferenceSession:
-    """A session of the scorer's graph with ONNX Runtime's profiler on (the scorer's options otherwise)."""
+def profiled_session(scorer: OnnxScorer, dense: bool, threads: int, prefix: str) -> ort.InferenceSession:
+    """A session of one of the scorer's graphs with ONNX Runtime's profiler on (the scorer's options otherwise)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -48,7 +48,7 @@ def profiled_session(scorer: OnnxScorer, threads: int, prefix: str) -> ort.Infer
     options.log_severity_level = 3
     options.enable_profiling = True
     options.profile_file_prefix = prefix
-    return ort.InferenceSession(scorer.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(scorer.graphs[dense].SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def main() -> int:
@@ -68,19 +68,21 @@ def main() -> int:
     model.eval()
     scorer = OnnxScorer(model, threads=args.threads)
 
+    packed = [model.pack(model.tokenize([q]), model.tokenize(plans), [0] * len(plans)) for q, plans in cases]
+    dense = all(scorer.dense_for(b) for b in packed)  # the graph score() runs them through (rows takes any)
     python_side, batches = [], []
     for _ in range(args.rounds):
         for q, plans in cases:
             t = time.perf_counter()
             ids = model.tokenize([q, *plans])
             batch = model.pack(ids[:1], ids[1:], [0] * len(plans))
-            inputs = graph_inputs(batch)
+            inputs = graph_inputs(batch, dense=dense)
             python_side.append(time.perf_counter() - t)
             batches.append((batch, inputs))
 
     rates = [matmul_rate(1024, reps=3)]  # before and after the profiled calls
     with tempfile.TemporaryDirectory() as tmp:
-        session = profiled_session(scorer, args.threads, str(Path(tmp) / "ort"))
+        session = profiled_session(scorer, dense, args.threads, str(Path(tmp) / "ort"))
         for _, inputs in batches[: len(cases)]:  # warm-up calls, profiled too: dropped below
             session.run(None, inputs)
         for _, inputs in batches:
@@ -105,6 +107,7 @@ def main() -> int:
     result = {
         "benchmark": "ONNX Runtime profile of OnnxScorer, default model, 8 plans of one task",
         "threads": args.threads,
+        "attention": "dense" if dense else "rows",
         "calls": len(runs),
         "matmul_rate_gflops": [r / 1e9 for r in rates],
         "session_run_ms": run_ms,
@@ -116,7 +119,8 @@ def main() -> int:
     lines = [
         "# Where OnnxScorer's time goes (default model, 8 plans of one task)",
         "",
-        f"ONNX Runtime's profiler over {len(runs)} calls, {args.threads} thread(s); medians per call. "
+        f"ONNX Runtime's profiler over {len(runs)} calls, {args.threads} thread(s), "
+        f"{'dense' if dense else 'row-wise'} attention graph; medians per call. "
         f"`session.run`: {run_ms:.2f} ms; the Python side of `score` (tokenize, pack, inputs): {python_ms:.2f} ms; "
         f"the compute limit of the same work in this run: {limit_ms:.2f} ms (the 1024x1024 matmul rate sampled "
         f"before and after the calls: {rates[0] / 1e9:.0f} and {rates[1] / 1e9:.0f} GFLOP/s). The linear layers alone "

@@ -13,12 +13,14 @@ batched matmuls that read transposed layouts in place) with no Python between op
 The graph is written directly from the model's weights with ``onnx.helper`` (no tracing, no
 exporter), for BERT-family encoders (:func:`orchrm.encoders.supports_shared_prompt`) in either
 architecture, and computes what :func:`orchrm.encoders.encode_packed` computes: tokens stay
-packed through embeddings, linear layers and pooling. Attention in ``joint`` runs on the rows
-padded to the longest, with a key mask. In ``shared_prompt`` it is dense over the chunk's tokens
-with a visibility mask (a prompt token sees its prompt; an action token sees its prompt and its own
-row): T² scores for T tokens instead of the sum over rows, cheap for one question and a few short
-plans, so calls are cut into chunks of at most ``max_tokens`` tokens; one question with 8 plans is
-one chunk. The softmax never takes exp() of a masked score (see ``attend`` in
+packed through embeddings, linear layers and pooling. Attention runs in one of two graphs. In
+rows padded to their longest, as ``encode_packed`` runs it: ``joint`` rows over themselves;
+``shared_prompt`` prompt rows among themselves and action rows over their prompt's keys and
+their own. Or, for a ``shared_prompt`` chunk of at most ``DENSE_MAX_TOKENS`` tokens (one
+question and a few short plans), densely over all of the chunk's T tokens with a visibility
+mask: T² scores instead of the sum over rows, but far fewer operators, which is what counts at
+that size. Calls are cut into chunks of at most ``max_tokens`` tokens; one question with 8 plans
+is one chunk. The softmax never takes exp() of a masked score (see ``attend`` in
 :func:`build_graph`): ONNX Runtime's own Attention operator does, through an additive mask, and
 exp() of a very negative number runs the CPU's slow denormal path, which cost that operator more
 than the matmuls of the attention itself.
@@ -46,6 +48,11 @@ OPSET = 20
 _CONTRIB = "com.microsoft"
 #: a chunk holds at most this many tokens (unless one action alone is longer)
 DEFAULT_MAX_TOKENS = 512
+#: a ``shared_prompt`` chunk of at most this many tokens attends densely (one (T, T) mask, the
+#: fewest operators); a longer one in padded rows, where T² scores would cost more than the extra
+#: operators (``benchmarks/ab_onnx.py``: dense is faster for 8 plans of the default model, about
+#: 150 tokens; rows for MiniLM's 300 to 500)
+DENSE_MAX_TOKENS = 256
 #: added to the scores of keys a query must not see before taking each row's maximum
 _MASKED = float(np.finfo(np.float32).min)
 
@@ -70,15 +77,23 @@ def _import_onnx():
     return onnx, onnxruntime
 
 
-def build_graph(model: BradleyTerryModel):
+def build_graph(model: BradleyTerryModel, *, dense: bool | None = None):
     """The model's forward pass as an ``onnx.ModelProto`` (weights copied in as fp32 initializers).
+
+    ``dense`` (``shared_prompt`` only, its default): attention over all T tokens of a chunk at
+    once, a (T, T) mask saying who sees whom: the fewest operators, but T² scores. Otherwise
+    attention runs in rows padded to their longest, as :func:`orchrm.encoders.encode_packed` runs
+    it: in ``shared_prompt`` prompt rows among themselves and action rows over their prompt's
+    keys and their own; in ``joint`` each row over itself.
 
     Inputs (:func:`graph_inputs` makes them from a :class:`TokenBatch`): ``input_ids``,
     ``positions``, ``segments`` (T,) int64; ``pool`` (A, T) float32, row i averaging action i's
-    pooled tokens; for ``shared_prompt`` ``visible`` (T, T) float32, 1 where token i may attend to
-    token j and 0 elsewhere; for ``joint`` ``rows`` (A, W) int64, the packed token in each slot of
-    the rows padded to W, ``row_visible`` (A, W) float32 (1: a real token) and ``unpad`` (T,)
-    int64, each packed token's slot. Output: ``rewards`` (A,).
+    pooled tokens. Dense: ``visible`` (T, T) float32, 1 where token i may attend to token j, else
+    0. Rows: ``action_rows`` (A, W) int64, the packed token in each slot of the action rows padded
+    to W, ``action_visible`` (A, W) float32 (1: a real token), ``unpad`` (T,) int64, each packed
+    token's slot (prompt rows' slots first); in ``shared_prompt`` also ``prompt_rows``,
+    ``prompt_visible`` (P, Wp) and ``action_prompt`` (A,) int64, each action's prompt row.
+    Output: ``rewards`` (A,).
     """
     onnx, _ = _import_onnx()
     from onnx import TensorProto, helper, numpy_helper
@@ -132,21 +147,22 @@ def build_graph(model: BradleyTerryModel):
     h = layer_norm(h, emb.LayerNorm, "emb.ln")
 
     shared = model.shared_prompt
+    dense = shared if dense is None else dense
+    if dense and not shared:
+        raise ValueError("dense attention is for the shared_prompt layout; joint rows attend in rows")
     head_dim = width // heads
     as_tokens = const("shape.tokens", np.array([-1, width], dtype=np.int64))
     last = const("axes.last", np.array([-1], dtype=np.int64))
     zero = const("zero", np.array(0.0, dtype=np.float32))
-    # who sees whom: ``keep`` 1/0 per (query, key), ``bias`` 0/float32 min (for the row maxima)
-    if shared:  # one sequence of all T tokens, keep (T, T)
-        keep = "visible"
-        as_heads = const("shape.heads", np.array([-1, 3 * heads, head_dim], dtype=np.int64))
-    else:  # rows padded to W, keep (A, 1, 1, W)
-        keep = node("Unsqueeze", ["row_visible", const("axes.12", np.array([1, 2], dtype=np.int64))], "keep")
-        as_rows = const("shape.rows", np.array([0, 0, 3 * heads, head_dim], dtype=np.int64))
-    bias = node("Mul", [node("Sub", [keep, const("one", np.array(1.0, dtype=np.float32))], "keep_minus_1"),
-                        const("big", np.array(-_MASKED, dtype=np.float32))], "bias")
 
-    def attend(scores: str, values: str, p: str, op: str = "MatMul", **attrs: Any) -> str:
+    def mask(visible: str, name: str, axes: list[int]) -> tuple[str, str]:
+        """1/0 visibility, unsqueezed at ``axes`` -> ``keep`` and ``bias`` (0 / float32 min, for the row maxima)."""
+        keep = node("Unsqueeze", [visible, const(f"{name}.axes", np.array(axes, dtype=np.int64))], f"{name}.keep") if axes else visible
+        bias = node("Mul", [node("Sub", [keep, const(f"{name}.one", np.array(1.0, dtype=np.float32))], f"{name}.off"),
+                            const(f"{name}.big", np.array(-_MASKED, dtype=np.float32))], f"{name}.bias")
+        return keep, bias
+
+    def attend(scores: str, values: str, masks: tuple[str, str], p: str, op: str = "MatMul", **attrs: Any) -> str:
         """``op(softmax(scores), values)`` with the softmax over the keys a query may see (exactly 0 elsewhere).
 
         Not ``Softmax(scores + bias)``: exp() of a masked score (float32 min, or anything below
@@ -155,11 +171,36 @@ def build_graph(model: BradleyTerryModel):
         masked entries are multiplied out. The normalisation divides the (queries, d) output
         rather than the (queries, keys) weights.
         """
+        keep, bias = masks
         top = node("ReduceMax", [node("Add", [scores, bias], f"{p}.biased"), last], f"{p}.max", keepdims=1)
         e = node("Exp", [node("Min", [node("Sub", [scores, top], f"{p}.shifted"), zero], f"{p}.clipped")], f"{p}.exp")
         e = node("Mul", [e, keep], f"{p}.visible")
         weighted = node(op, [e, values], f"{p}.weighted", **attrs)
         return node("Div", [weighted, node("ReduceSum", [e, last], f"{p}.sum", keepdims=1)], f"{p}.ctx_heads")
+
+    def in_rows(q: str, k: str, v: str, masks: tuple[str, str], p: str) -> str:
+        """Attention in padded rows: (rows, H, W, d) q, k, v -> (rows * W, H * d), one slot per row position."""
+        ctx = attend(node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transB=1), v, masks, p)
+        return node("Reshape", [node("Transpose", [ctx], f"{p}.ctx_rows", perm=[0, 2, 1, 3]), as_tokens], f"{p}.ctx_slots")
+
+    def heads_of(qkv: str, rows: str, p: str) -> list[str]:
+        """The packed (T, 3 * H * d) projections gathered into padded rows: q, k, v (rows, H, W, d)."""
+        padded = node("Reshape", [node("Gather", [qkv, rows], f"{p}.padded"), as_rows], f"{p}.qkv4")
+        out = [f"{p}.{n}" for n in "qkv"]
+        nodes.append(helper.make_node("Split", [node("Transpose", [padded], f"{p}.qkv_heads", perm=[0, 2, 1, 3])], out, axis=1, num_outputs=3))
+        return out
+
+    if dense:  # one sequence of all T tokens: keep (T, T)
+        as_heads = const("shape.heads", np.array([-1, 3 * heads, head_dim], dtype=np.int64))
+        token_mask = mask("visible", "token", [])
+    else:  # action rows see their own tokens, in shared_prompt after their prompt's row
+        as_rows = const("shape.rows", np.array([0, 0, 3 * heads, head_dim], dtype=np.int64))
+        action_visible = "action_visible"
+        if shared:
+            prompt_mask = mask("prompt_visible", "prompt", [1, 2])
+            action_visible = node("Concat", [node("Gather", ["prompt_visible", "action_prompt"], "action.prompt_visible"),
+                                             action_visible], "action.visible", axis=1)
+        action_mask = mask(action_visible, "action", [1, 2])
 
     for i, layer in enumerate(bert.encoder.layer):
         p = f"l{i}"
@@ -167,19 +208,23 @@ def build_graph(model: BradleyTerryModel):
         scale = torch.ones(3 * width)
         scale[:width] = head_dim**-0.5  # scores = (q / sqrt(d)) . k
         qkv = node("Gemm", [h, const(f"{p}.qkv.weight", w * scale[:, None]), const(f"{p}.qkv.bias", b * scale)], f"{p}.qkv", transB=1)
-        q, k, v = (f"{p}.{n}" for n in "qkv")
-        if shared:  # (T, 3H, d) -> q, k, v (T, H, d); FusedMatMul reads them as (H, T, d) without a copy
+        if dense:  # (T, 3H, d) -> q, k, v (T, H, d); FusedMatMul reads them as (H, T, d) without a copy
+            q, k, v = (f"{p}.{n}" for n in "qkv")
             nodes.append(helper.make_node("Split", [node("Reshape", [qkv, as_heads], f"{p}.qkv3")], [q, k, v], axis=1, num_outputs=3))
             scores = node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transBatchA=1, transBatchB=1, transB=1)
-            ctx = attend(scores, v, p, "FusedMatMul", domain=_CONTRIB, transBatchB=1)  # (H, T, d)
+            ctx = attend(scores, v, token_mask, p, "FusedMatMul", domain=_CONTRIB, transBatchB=1)  # (H, T, d)
             o = node("Reshape", [node("Transpose", [ctx], f"{p}.ctx_tokens", perm=[1, 0, 2]), as_tokens], f"{p}.ctx")
-        else:  # independent rows: (A, W, 3H, d) -> q, k, v (A, H, W, d), a key mask per row
-            rows = node("Reshape", [node("Gather", [qkv, "rows"], f"{p}.padded"), as_rows], f"{p}.qkv4")
-            nodes.append(helper.make_node("Split", [node("Transpose", [rows], f"{p}.qkv_heads", perm=[0, 2, 1, 3])], [q, k, v], axis=1, num_outputs=3))
-            scores = node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transB=1)
-            ctx = attend(scores, v, p)  # (A, H, W, d)
-            o = node("Transpose", [ctx], f"{p}.ctx_rows", perm=[0, 2, 1, 3])
-            o = node("Gather", [node("Reshape", [o, as_tokens], f"{p}.ctx2"), "unpad"], f"{p}.ctx")
+        else:
+            q, k, v = heads_of(qkv, "action_rows", f"{p}.action")
+            slots = []
+            if shared:  # prompt rows among themselves; each action row also over its prompt's keys, laid first
+                pq, pk, pv = heads_of(qkv, "prompt_rows", f"{p}.prompt")
+                slots.append(in_rows(pq, pk, pv, prompt_mask, f"{p}.prompt"))
+                k, v = (node("Concat", [node("Gather", [x, "action_prompt"], f"{x}.of_prompt"), y], f"{y}.with_prompt", axis=2)
+                        for x, y in ((pk, k), (pv, v)))
+            slots.append(in_rows(q, k, v, action_mask, f"{p}.action"))
+            all_slots = slots[0] if len(slots) == 1 else node("Concat", slots, f"{p}.slots", axis=0)
+            o = node("Gather", [all_slots, "unpad"], f"{p}.ctx")
         out = layer.attention.output
         h = skip_norm(linear(o, out.dense, f"{p}.attn_out"), h, out.LayerNorm, f"{p}.ln1")
         inner = node(act[0], [linear(h, layer.intermediate.dense, f"{p}.inter")], f"{p}.act", **act[1])
@@ -200,10 +245,19 @@ def build_graph(model: BradleyTerryModel):
             helper.make_tensor_value_info("segments", TensorProto.INT64, ["T"]),
             *(
                 [helper.make_tensor_value_info("visible", TensorProto.FLOAT, ["T", "T"])]
-                if shared
+                if dense
                 else [
-                    helper.make_tensor_value_info("rows", TensorProto.INT64, ["A", "W"]),
-                    helper.make_tensor_value_info("row_visible", TensorProto.FLOAT, ["A", "W"]),
+                    *(
+                        [
+                            helper.make_tensor_value_info("prompt_rows", TensorProto.INT64, ["P", "Wp"]),
+                            helper.make_tensor_value_info("prompt_visible", TensorProto.FLOAT, ["P", "Wp"]),
+                            helper.make_tensor_value_info("action_prompt", TensorProto.INT64, ["A"]),
+                        ]
+                        if shared
+                        else []
+                    ),
+                    helper.make_tensor_value_info("action_rows", TensorProto.INT64, ["A", "W"]),
+                    helper.make_tensor_value_info("action_visible", TensorProto.FLOAT, ["A", "W"]),
                     helper.make_tensor_value_info("unpad", TensorProto.INT64, ["T"]),
                 ]
             ),
@@ -220,8 +274,8 @@ def build_graph(model: BradleyTerryModel):
     return proto
 
 
-def graph_inputs(batch: encoders.TokenBatch) -> dict[str, np.ndarray]:
-    """The ONNX inputs of a packed batch (see :func:`build_graph`)."""
+def graph_inputs(batch: encoders.TokenBatch, *, dense: bool | None = None) -> dict[str, np.ndarray]:
+    """The ONNX inputs of a packed batch for :func:`build_graph`'s graph with the same ``dense``."""
     prompt_lens = batch.prompt_lens.tolist()
     action_lens = batch.action_lens.tolist()
     n_tokens = batch.num_tokens
@@ -237,21 +291,34 @@ def graph_inputs(batch: encoders.TokenBatch) -> dict[str, np.ndarray]:
         "segments": batch.segments.numpy(),
         "pool": pool,
     }
-    if batch.action_prompt is None:  # joint: rows padded to the longest (encode_packed's layout), no prompt rows
-        rows = encoders._Rows.of(batch.action_lens, 0)
-        slots = torch.arange(rows.rows * rows.width)
-        gather = slots if rows.gather_index is None else rows.gather_index
-        inputs["rows"] = gather.view(rows.rows, rows.width).numpy()
-        inputs["row_visible"] = rows.valid.float().numpy()
-        inputs["unpad"] = (slots if rows.scatter_index is None else rows.scatter_index).numpy()
+    shared = batch.action_prompt is not None
+    if dense if dense is not None else shared:
+        if not shared:
+            raise ValueError("dense attention is for the shared_prompt layout; joint rows attend in rows")
+        visible = np.zeros((n_tokens, n_tokens), dtype=np.float32)
+        for lo, hi in zip(prompt_starts[:-1], prompt_starts[1:], strict=True):
+            visible[lo:hi, lo:hi] = 1.0
+        for lo, hi, j in zip(action_starts[:-1], action_starts[1:], batch.action_prompt.tolist(), strict=True):
+            visible[lo:hi, lo:hi] = 1.0
+            visible[lo:hi, prompt_starts[j] : prompt_starts[j + 1]] = 1.0
+        inputs["visible"] = visible
         return inputs
-    visible = np.zeros((n_tokens, n_tokens), dtype=np.float32)
-    for lo, hi in zip(prompt_starts[:-1], prompt_starts[1:], strict=True):
-        visible[lo:hi, lo:hi] = 1.0
-    for lo, hi, j in zip(action_starts[:-1], action_starts[1:], batch.action_prompt.tolist(), strict=True):
-        visible[lo:hi, lo:hi] = 1.0
-        visible[lo:hi, prompt_starts[j] : prompt_starts[j + 1]] = 1.0
-    inputs["visible"] = visible
+    # rows padded to their longest (encode_packed's layout): prompt rows first (shared_prompt),
+    # then action rows; ``unpad``: each packed token's slot in those rows, in packed order
+    blocks = [(batch.prompt_lens, 0, "prompt")] if shared else []
+    blocks.append((batch.action_lens, prompt_starts[-1], "action"))
+    unpad, slots_before = [], 0
+    for lens, offset, name in blocks:
+        rows = encoders._Rows.of(lens, offset)
+        slots = torch.arange(rows.rows * rows.width)
+        gather = offset + slots if rows.gather_index is None else rows.gather_index
+        inputs[f"{name}_rows"] = gather.view(rows.rows, rows.width).numpy()
+        inputs[f"{name}_visible"] = rows.valid.float().numpy()
+        unpad.append(slots_before + (slots if rows.scatter_index is None else rows.scatter_index))
+        slots_before += rows.rows * rows.width
+    inputs["unpad"] = torch.cat(unpad).numpy()
+    if shared:
+        inputs["action_prompt"] = batch.action_prompt.numpy()
     return inputs
 
 
@@ -259,10 +326,19 @@ class OnnxScorer:
     """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through ONNX Runtime on the CPU.
 
     ``threads``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
-    ``max_tokens``: the most tokens one chunk holds (dense attention is quadratic in it).
+    ``max_tokens``: the most tokens one chunk holds. ``spinning``: let ONNX Runtime's threads
+    spin between calls (lower latency for calls back to back; turn it off when several scorers
+    with more than one thread share a process, or the process has other work for the cores).
     """
 
-    def __init__(self, model: BradleyTerryModel, *, threads: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self,
+        model: BradleyTerryModel,
+        *,
+        threads: int | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        spinning: bool = True,
+    ) -> None:
         _, ort = _import_onnx()
         if not model.fitted:
             raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
@@ -278,13 +354,30 @@ class OnnxScorer:
         self._pack = model.pack
         self.reward_mean = model.reward_mean
         self.reward_std = model.reward_std
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        self.proto = build_graph(model)
-        self.session = ort.InferenceSession(self.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self._options = ort.SessionOptions()
+        self._options.intra_op_num_threads = threads
+        self._options.inter_op_num_threads = 1
+        self._options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._options.log_severity_level = 3
+        self._options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        #: the graphs (weights copied now), by ``dense``: row-wise always, dense for ``shared_prompt``
+        self.graphs = {False: build_graph(model, dense=False)}
+        if model.shared_prompt:
+            self.graphs[True] = build_graph(model, dense=True)
+        self._sessions: dict[bool, Any] = {}
+
+    def dense_for(self, batch: encoders.TokenBatch) -> bool:
+        """Whether ``batch`` runs through the dense graph (``shared_prompt``, at most ``DENSE_MAX_TOKENS`` tokens)."""
+        return True in self.graphs and batch.num_tokens <= DENSE_MAX_TOKENS
+
+    def session(self, *, dense: bool):
+        """The ONNX Runtime session of the dense or the row-wise graph, made on first use."""
+        if dense not in self._sessions:
+            _, ort = _import_onnx()
+            self._sessions[dense] = ort.InferenceSession(
+                self.graphs[dense].SerializeToString(), self._options, providers=["CPUExecutionProvider"]
+            )
+        return self._sessions[dense]
 
     def _chunks(self, prompt_ids: list[list[int]], action_ids: list[list[int]], which: list[int]) -> list[range]:
         """Consecutive action ranges of at most ``max_tokens`` packed tokens each (at least one action)."""
@@ -319,7 +412,8 @@ class OnnxScorer:
             batch = self._pack(
                 [prompt_ids[j] for j in local], [action_ids[i] for i in chunk], [local[which[i]] for i in chunk]
             )
-            out.append(self.session.run(None, graph_inputs(batch))[0])
+            dense = self.dense_for(batch)
+            out.append(self.session(dense=dense).run(None, graph_inputs(batch, dense=dense))[0])
         rewards = torch.from_numpy(np.concatenate(out))
         if normalize:
             rewards = (rewards - self.reward_mean) / self.reward_std

@@ -11,6 +11,7 @@ from orchrm.errors import ConfigError
 
 pytest.importorskip("onnxruntime", reason="the 'onnx' extra is not installed")
 
+from orchrm import onnxrt  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, graph_inputs  # noqa: E402
 
 LONG_PLAN = "\n".join(f'<agent id="a{i}" type="CoT" model="small"/>' for i in range(1, 40))
@@ -23,8 +24,16 @@ def _texts(pairs, n: int = 12) -> tuple[list[str], list[str]]:
     return prompts, actions
 
 
+@pytest.fixture(params=["dense when short", "rows always"])
+def attention(request, monkeypatch):
+    """Both attention graphs of shared_prompt: dense for chunks up to DENSE_MAX_TOKENS, or rows for every chunk."""
+    if request.param == "rows always":
+        monkeypatch.setattr(onnxrt, "DENSE_MAX_TOKENS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("architecture", ["shared_prompt", "joint"])
-def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architecture):
+def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architecture, attention):
     model = BradleyTerryModel(**{**tiny_model_kwargs, "architecture": architecture})
     model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + list(pairs["rejected"]))
     prompts, actions = _texts(pairs)
@@ -35,7 +44,7 @@ def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architectur
 
 
 @pytest.mark.parametrize("architecture", ["shared_prompt", "joint"])
-def test_sharp_attention_matches_and_never_sees_masked_keys(pairs, tiny_model_kwargs, architecture):
+def test_sharp_attention_matches_and_never_sees_masked_keys(pairs, tiny_model_kwargs, architecture, attention):
     # queries and keys scaled up: attention logits spread over hundreds, so a key the query must not see
     # often outscores every key it may see, and exp() of visible scores far below the row's
     # overall maximum would underflow; the masked softmax must still match PyTorch, with no NaN
@@ -116,14 +125,27 @@ def test_joint_rows_cover_every_token_once(pairs, tiny_model_kwargs):
     model = BradleyTerryModel(**{**tiny_model_kwargs, "architecture": "joint"})
     batch = model.pack([[5, 6], [7]], [[8, 9], [10], [11, 12, 13]], [0, 1, 0])
     inputs = graph_inputs(batch)
-    assert inputs["rows"].shape == inputs["row_visible"].shape == (3, 8)  # longest row: [CLS] 5 6 [SEP] 11 12 13 [SEP]
-    assert (inputs["rows"].reshape(-1)[inputs["unpad"]] == range(batch.num_tokens)).all()
-    assert inputs["row_visible"].sum() == batch.num_tokens and "visible" not in inputs
+    assert inputs["action_rows"].shape == inputs["action_visible"].shape == (3, 8)  # longest: [CLS] 5 6 [SEP] 11 12 13 [SEP]
+    assert (inputs["action_rows"].reshape(-1)[inputs["unpad"]] == range(batch.num_tokens)).all()
+    assert inputs["action_visible"].sum() == batch.num_tokens and "visible" not in inputs
     equal = graph_inputs(model.pack([[5]], [[6, 7], [8, 9]], [0, 0]))  # no padding at all
-    assert (equal["rows"].reshape(-1) == range(12)).all() and (equal["unpad"] == range(12)).all()
+    assert (equal["action_rows"].reshape(-1) == range(12)).all() and (equal["unpad"] == range(12)).all()
+    with pytest.raises(ValueError, match="shared_prompt"):
+        graph_inputs(batch, dense=True)
 
 
-def test_minilm_matches(pairs):
+def test_shared_prompt_rows_cover_every_token_once(trained_model):
+    batch = trained_model.pack([[5, 6], [7]], [[8, 9], [10], [11]], [0, 1, 0])
+    inputs = graph_inputs(batch, dense=False)
+    # prompt rows [CLS] 5 6 [SEP] and [CLS] 7 [SEP] (+1 pad); action rows 8 9 [SEP], 10 [SEP] (+1), 11 [SEP] (+1)
+    assert inputs["prompt_rows"].shape == (2, 4) and inputs["action_rows"].shape == (3, 3)
+    slots = np.concatenate([inputs["prompt_rows"].reshape(-1), inputs["action_rows"].reshape(-1)])
+    assert (slots[inputs["unpad"]] == range(batch.num_tokens)).all()
+    assert inputs["prompt_visible"].sum() + inputs["action_visible"].sum() == batch.num_tokens
+    assert inputs["action_prompt"].tolist() == [0, 1, 0] and "visible" not in inputs
+
+
+def test_minilm_matches(pairs, attention):
     model = BradleyTerryModel(encoder="minilm", max_length=128, dropout=0.0)
     prompts, actions = _texts(pairs, 6)
     torch.testing.assert_close(OnnxScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
