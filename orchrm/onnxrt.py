@@ -49,9 +49,10 @@ _CONTRIB = "com.microsoft"
 #: a chunk holds at most this many tokens (unless one action alone is longer)
 DEFAULT_MAX_TOKENS = 512
 #: a ``shared_prompt`` chunk of at most this many tokens attends densely (one (T, T) mask, the
-#: fewest operators); a longer one in padded rows, where T² scores would cost more than the extra
-#: operators (``benchmarks/ab_onnx.py``: dense is faster for 8 plans of the default model, about
-#: 150 tokens; rows for MiniLM's 300 to 500)
+#: fewest operators); a longer one in padded rows, where T² scores cost more than the extra
+#: operators. ``benchmarks/ab_onnx.py --against HEAD --dense-max-tokens 0`` (rows always) timed
+#: 8 plans of the default model (about 150 tokens) at 1.16x; ``--dense-max-tokens 100000
+#: --encoder minilm`` (dense always) MiniLM's (300 to 500 tokens a chunk) at 1.14x
 DENSE_MAX_TOKENS = 256
 #: added to the scores of keys a query must not see before taking each row's maximum
 _MASKED = float(np.finfo(np.float32).min)
