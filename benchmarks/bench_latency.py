@@ -26,6 +26,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -90,42 +91,52 @@ def matmul_rate(n: int = 2048, reps: int = 3) -> float:
     return 2 * n**3 / best
 
 
-def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int, scorer=None) -> dict:
-    """p50 latency of ``model.score(question, plans)`` and the median ratio to the compute limit.
+def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int,
+            scorers: dict[str, Callable[[str, list[str]], object]]) -> dict[str, dict]:
+    """p50 latency of each of ``scorers`` (runtime name -> ``score(question, plans)`` of ``model``)
+    and its median ratio to the compute limit.
 
-    ``scorer``: time ``scorer.score`` (an :class:`~orchrm.onnxrt.OnnxScorer` of ``model``) instead.
-
-    The scoring calls of a round run back to back, as a server scoring one request after another
-    would; the matmul rate is sampled between rounds (sampling it before every call would evict
-    the model's weights from the cache and time a cold model).
+    The runtimes take turns round by round (the order switching every round) after the same
+    matmul-rate sample, so both see the same machine load. The calls of a round run back to back,
+    as a server scoring one request after another would; the rate is sampled between rounds
+    (sampling it before every call would evict the model's weights from the cache and time a cold
+    model).
     """
     model.eval()
-    score = (scorer or model).score
-    for q, plans in cases[:3]:
-        score(q, plans)
+    for score in scorers.values():
+        for q, plans in cases[:3]:
+            score(q, plans)
     batches = [model.pack(model.tokenize([q]), model.tokenize(plans), [0] * len(plans)) for q, plans in cases]
     flops = [batch_flops(model, b) for b in batches]
-    lat, ratios, limits, round_ratios = [], [], [], []
-    for _ in range(rounds):
+    names = list(scorers)
+    lat: dict[str, list[float]] = {n: [] for n in names}
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    limits: dict[str, list[float]] = {n: [] for n in names}
+    round_ratios: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
         rate = matmul_rate(1024, reps=3)
-        first = len(ratios)
-        for (q, plans), f in zip(cases, flops, strict=True):
-            t = time.perf_counter()
-            score(q, plans)
-            dt = time.perf_counter() - t
-            lat.append(dt)
-            limits.append(f / rate)
-            ratios.append(dt / (f / rate))
-        round_ratios.append(statistics.median(ratios[first:]))
+        for name in names if r % 2 == 0 else names[::-1]:
+            score, first = scorers[name], len(ratios[name])
+            for (q, plans), f in zip(cases, flops, strict=True):
+                t = time.perf_counter()
+                score(q, plans)
+                dt = time.perf_counter() - t
+                lat[name].append(dt)
+                limits[name].append(f / rate)
+                ratios[name].append(dt / (f / rate))
+            round_ratios[name].append(statistics.median(ratios[name][first:]))
     return {
-        "p50_ms": 1e3 * statistics.median(lat),
-        "p90_ms": 1e3 * statistics.quantiles(lat, n=10)[-1],
-        "limit_ms": 1e3 * statistics.median(limits),
-        "ratio_to_limit": statistics.median(ratios),
-        "ratio_by_round": round_ratios,
-        "gflop": statistics.median(flops) / 1e9,
-        "tokens": statistics.median(b.num_tokens for b in batches),
-        "samples": len(lat),
+        name: {
+            "p50_ms": 1e3 * statistics.median(lat[name]),
+            "p90_ms": 1e3 * statistics.quantiles(lat[name], n=10)[-1],
+            "limit_ms": 1e3 * statistics.median(limits[name]),
+            "ratio_to_limit": statistics.median(ratios[name]),
+            "ratio_by_round": round_ratios[name],
+            "gflop": statistics.median(flops) / 1e9,
+            "tokens": statistics.median(b.num_tokens for b in batches),
+            "samples": len(lat[name]),
+        }
+        for name in names
     }
 
 
@@ -202,13 +213,13 @@ def main() -> int:
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
-        for name, model, run_cases, note in runs:  # both runtimes of a model back to back: the same machine load
-            for runtime in RUNTIMES:
-                scorer = OnnxScorer(model, threads=threads) if runtime == ONNX else None
-                r = measure(model, run_cases, rounds=args.rounds, scorer=scorer)
-                del scorer  # its ONNX Runtime threads go with it
-                if model is default and note.startswith("sandbox") and runtime == TORCH:
-                    r["matmuls_only_ms"] = linear_floor(model, run_cases, rounds=args.rounds)["p50_ms"]
+        for name, model, run_cases, note in runs:
+            scorer = OnnxScorer(model, threads=threads)
+            results = measure(model, run_cases, rounds=args.rounds, scorers={TORCH: model.score, ONNX: scorer.score})
+            del scorer  # its ONNX Runtime threads go with it
+            if model is default and note.startswith("sandbox"):
+                results[TORCH]["matmuls_only_ms"] = linear_floor(model, run_cases, rounds=args.rounds)["p50_ms"]
+            for runtime, r in results.items():
                 rows.append({"threads": threads, "runtime": runtime, "model": name, "inputs": note, **r})
                 print(f"{threads}t {runtime:12s} {name:40s} {note:28s} p50 {r['p50_ms']:7.2f} ms  "
                       f"limit {r['limit_ms']:7.2f} ms  ratio {r['ratio_to_limit']:.2f}  tokens {r['tokens']:.0f}",
@@ -239,7 +250,7 @@ def main() -> int:
         "`model.score(question, plans)` (PyTorch) and `OnnxScorer(model).score(question, plans)` (ONNX Runtime) "
         f"end to end (tokenizing included), p50 over {len(cases)} sandbox tasks "
         f"x {args.rounds} rounds. Limit = the forward pass's FLOPs (real tokens) / the rate of a 1024x1024 fp32 "
-        "matmul timed before each round of calls, with the same thread count; ratio = median of per-call latency / "
+        "matmul timed before each round of calls, with the same thread count (the two runtimes take turns round by round, after the same sample); ratio = median of per-call latency / "
         f"limit. Machine: {os.cpu_count()} CPUs, shared with other jobs (load average at the end "
         f"{os.getloadavg()[0]:.1f}).",
         "",
