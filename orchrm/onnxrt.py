@@ -328,8 +328,10 @@ class OnnxScorer:
 
     ``threads``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
     ``max_tokens``: the most tokens one chunk holds. ``spinning``: let ONNX Runtime's threads
-    spin between calls (lower latency for calls back to back; turn it off when several scorers
-    with more than one thread share a process, or the process has other work for the cores).
+    busy-wait for work between operators and calls (its own default). Off here: on the 2-CPU
+    machine of ``benchmarks/results/latency.md`` spinning made MiniLM's two-thread scoring
+    markedly slower and the default model's no faster, it takes cores from whatever else the
+    process does between calls, and several spinning scorers in one process slow each other.
     """
 
     def __init__(
@@ -338,7 +340,7 @@ class OnnxScorer:
         *,
         threads: int | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
-        spinning: bool = True,
+        spinning: bool = False,
     ) -> None:
         _, ort = _import_onnx()
         if not model.fitted:
