@@ -329,9 +329,10 @@ class OnnxScorer:
     ``threads``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
     ``max_tokens``: the most tokens one chunk holds. ``spinning``: let ONNX Runtime's threads
     busy-wait for work between operators and calls (its own default). Off here: on the 2-CPU
-    machine of ``benchmarks/results/latency.md`` spinning made MiniLM's two-thread scoring
-    markedly slower and the default model's no faster, it takes cores from whatever else the
-    process does between calls, and several spinning scorers in one process slow each other.
+    machine of ``benchmarks/results/latency.md`` (and ``latency_spinning/`` beside it) spinning
+    made MiniLM's two-thread scoring slower and the default model's not clearly faster, it takes
+    cores from whatever else the process does between calls, and several spinning scorers in one
+    process slow each other.
     """
 
     def __init__(
