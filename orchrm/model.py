@@ -22,7 +22,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,23 @@ def pair_up(prompts: str | Sequence[str], actions: Sequence[str]) -> tuple[list[
     if len(prompts) != len(actions):
         raise ValueError(f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt or one per action")
     return prompts, actions
+
+
+@dataclass(frozen=True)
+class ScoringTexts:
+    """A scoring call's token ids: its distinct prompts, its actions, and each action's prompt."""
+
+    prompt_ids: list[list[int]]
+    action_ids: list[list[int]]
+    which: list[int]  # index into prompt_ids, per action
+    packer: Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]], Sequence[int]], TokenBatch]
+
+    def pack(self, chunk: range) -> TokenBatch:
+        """The actions of ``chunk`` in one batch, with each prompt they use once."""
+        local = {j: k for k, j in enumerate(dict.fromkeys(self.which[i] for i in chunk))}
+        return self.packer(
+            [self.prompt_ids[j] for j in local], [self.action_ids[i] for i in chunk], [local[self.which[i]] for i in chunk]
+        )
 
 
 @contextlib.contextmanager
@@ -266,15 +284,11 @@ class BradleyTerryModel(nn.Module):
         chunk is encoded once. ``normalize`` maps rewards to ``(r - reward_mean) / reward_std``.
         On a CPU, :class:`orchrm.onnxrt.OnnxScorer` gives the same rewards with less overhead.
         """
-        prompts, actions = pair_up(prompts, actions)
-        if not actions:
+        texts = self.scoring_texts(prompts, actions)
+        if texts is None:
             return torch.zeros(0)
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        distinct = list(dict.fromkeys(prompts))
-        ids = self.tokenize(distinct + actions)  # one tokenizer call
-        prompt_ids = dict(zip(distinct, ids[: len(distinct)], strict=True))
-        action_ids = ids[len(distinct) :]
         was_training = self.training
         if was_training:
             self.eval()
@@ -282,20 +296,25 @@ class BradleyTerryModel(nn.Module):
         out = []
         try:
             with torch.inference_mode():
-                for lo in range(0, len(actions), batch_size):
-                    chunk = prompts[lo : lo + batch_size]
-                    local = {p: i for i, p in enumerate(dict.fromkeys(chunk))}
-                    batch = self.pack(
-                        [prompt_ids[p] for p in local], action_ids[lo : lo + batch_size], [local[p] for p in chunk]
-                    )
+                for lo in range(0, len(texts.action_ids), batch_size):
+                    batch = texts.pack(range(lo, min(lo + batch_size, len(texts.action_ids))))
                     out.append(self(batch.to(device)).cpu())
         finally:
             if was_training:
                 self.train()
         rewards = torch.cat(out)
-        if normalize:
-            rewards = (rewards - self.reward_mean) / self.reward_std
-        return rewards
+        return (rewards - self.reward_mean) / self.reward_std if normalize else rewards
+
+    def scoring_texts(self, prompts: str | Sequence[str], actions: Sequence[str]) -> ScoringTexts | None:
+        """The token ids of a scoring call (None when it has no actions): each distinct prompt
+        once, all in one tokenizer call. Shared by :meth:`score` and :class:`orchrm.onnxrt.OnnxScorer`."""
+        prompts, actions = pair_up(prompts, actions)
+        if not actions:
+            return None
+        distinct = list(dict.fromkeys(prompts))
+        index = {p: i for i, p in enumerate(distinct)}
+        ids = self.tokenize(distinct + actions)  # one tokenizer call
+        return ScoringTexts(ids[: len(distinct)], ids[len(distinct) :], [index[p] for p in prompts], self.pack)
 
     # ---------------------------------------------------------------------------------------
     # save / load

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from orchrm import encoders
 from orchrm.errors import ConfigError
-from orchrm.model import BradleyTerryModel, pair_up
+from orchrm.model import BradleyTerryModel
 
 #: ONNX opset of the graph (Gelu is a standard operator from 20 on)
 OPSET = 20
@@ -354,8 +354,7 @@ class OnnxScorer:
         self.model_config = model.config
         self.max_tokens = max_tokens
         self.threads = threads
-        self._tokenize = model.tokenize
-        self._pack = model.pack
+        self._scoring_texts = model.scoring_texts
         self.reward_mean = model.reward_mean
         self.reward_std = model.reward_std
         self._options = ort.SessionOptions()
@@ -402,23 +401,13 @@ class OnnxScorer:
 
     def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
         """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
-        prompts, actions = pair_up(prompts, actions)
-        if not actions:
+        texts = self._scoring_texts(prompts, actions)
+        if texts is None:
             return torch.zeros(0)
-        distinct = list(dict.fromkeys(prompts))
-        index = {p: i for i, p in enumerate(distinct)}
-        ids = self._tokenize(distinct + actions)  # one tokenizer call
-        prompt_ids, action_ids = ids[: len(distinct)], ids[len(distinct) :]
-        which = [index[p] for p in prompts]
         out = []
-        for chunk in self._chunks(prompt_ids, action_ids, which):
-            local = {j: k for k, j in enumerate(dict.fromkeys(which[i] for i in chunk))}
-            batch = self._pack(
-                [prompt_ids[j] for j in local], [action_ids[i] for i in chunk], [local[which[i]] for i in chunk]
-            )
+        for chunk in self._chunks(texts.prompt_ids, texts.action_ids, texts.which):
+            batch = texts.pack(chunk)
             dense = self.dense_for(batch)
             out.append(self.session(dense=dense).run(None, graph_inputs(batch, dense=dense))[0])
         rewards = torch.from_numpy(np.concatenate(out))
-        if normalize:
-            rewards = (rewards - self.reward_mean) / self.reward_std
-        return rewards
+        return (rewards - self.reward_mean) / self.reward_std if normalize else rewards
