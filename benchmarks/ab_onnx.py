@@ -3,7 +3,8 @@
 For a change to ``orchrm/onnxrt.py``: both scorers score the same sandbox tasks (a question and
 its 8 plans per call), call for call in turn, so the machine's load falls on both alike; prints
 each one's p50, the median of the per-call time ratios (new / old) and the largest reward
-difference between them. The other revision's ``onnxrt.py`` runs against this checkout's
+difference between them, and records them in ``results/ab_onnx.{json,md}`` (a rerun of the same
+comparison replaces its entry). The other revision's ``onnxrt.py`` runs against this checkout's
 ``orchrm`` package. With more than one thread, ONNX Runtime's spinning is turned off for both
 sessions (two spinning thread pools in one process slow each other down).
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import json
 import os
 import statistics
 import subprocess
@@ -32,10 +34,11 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
 from orchrm import BradleyTerryModel, onnxrt  # noqa: E402
-from orchrm.onnxrt import OnnxScorer  # noqa: E402
+from orchrm.onnxrt import OnnxScorer, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import sandbox_tasks  # noqa: E402
+from bench_latency import RESULTS, sandbox_tasks  # noqa: E402
+from results_io import write_json, write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,14 +63,44 @@ def quiet_scorer(cls, model: BradleyTerryModel, threads: int):
     if "spinning" in inspect.signature(cls).parameters:
         return cls(model, threads=threads, spinning=False)
     scorer = cls(model, threads=threads)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = session_options(threads, spinning=False)
     scorer.session = ort.InferenceSession(scorer.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return scorer
+
+
+def git_revision(revision: str) -> str:
+    """``revision`` as a short commit hash."""
+    out = subprocess.run(["git", "rev-parse", "--short", revision], cwd=ROOT, capture_output=True, text=True, check=False)
+    return out.stdout.strip() or revision
+
+
+def orchrm_changed() -> bool:
+    """Whether this checkout's ``orchrm/`` differs from its commit."""
+    out = subprocess.run(["git", "status", "--porcelain", "orchrm"], cwd=ROOT, capture_output=True, text=True, check=False)
+    return bool(out.stdout.strip())
+
+
+def record(out: Path, result: dict) -> None:
+    """Add ``result`` to ``out`` (.json, one entry per comparison, a rerun replacing its entry) and its .md table."""
+    key = (f"{result['checkout']} vs {result['baseline']}: {result['encoder']}, {result['architecture']}, "
+           f"{result['threads']} thread(s), dense up to {result['dense_max_tokens']} tokens")
+    runs = json.loads(out.read_text())["comparisons"] if out.exists() else {}
+    runs[key] = result
+    write_json(out, {"benchmark": "OnnxScorer A/B, calls alternating in one process", "comparisons": runs})
+    lines = [
+        "# OnnxScorer A/B: this checkout against another revision",
+        "",
+        "`python benchmarks/ab_onnx.py --against REV [...]`: both scorers score the same sandbox tasks (a question "
+        "and its 8 plans a call), call for call in turn; ratio = median of the per-call time ratios (new / old).",
+        "",
+        "| checkout | baseline | encoder | layout | threads | dense up to | calls | old p50 ms | new p50 ms | new / old | largest reward diff |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs.values():
+        lines.append(f"| {r['checkout']} | {r['baseline']} | {r['encoder']} | {r['architecture']} | {r['threads']} | "
+                     f"{r['dense_max_tokens']} | {r['calls']} | {r['old_p50_ms']:.2f} | {r['new_p50_ms']:.2f} | "
+                     f"{r['new_over_old']:.3f} | {r['largest_reward_difference']:.1e} |")
+    write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
 def main() -> int:
@@ -81,6 +114,8 @@ def main() -> int:
     ap.add_argument("--dense-max-tokens", type=int, default=None, metavar="N",
                     help="this checkout's scorer attends densely up to N tokens a chunk (default: "
                          "orchrm.onnxrt.DENSE_MAX_TOKENS; 0: rows always)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "ab_onnx.json",
+                    help="results file, one entry per comparison (default results/ab_onnx.json, and .md beside it)")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
@@ -114,12 +149,21 @@ def main() -> int:
                 times[name].append(time.perf_counter() - t)
             ratios.append(times["new"][-1] / times["old"][-1])
             largest_diff = max(largest_diff, float((rewards["new"] - rewards["old"]).abs().max()))
-    print(f"{args.encoder}, {args.architecture}, {args.threads} thread(s), {len(ratios)} calls each, "
-          f"baseline orchrm/onnxrt.py at {args.against}; new: dense attention up to {onnxrt.DENSE_MAX_TOKENS} tokens")
-    for name, ts in times.items():
-        print(f"  {name}: p50 {1e3 * statistics.median(ts):.2f} ms")
-    print(f"  new / old, median of per-call ratios: {statistics.median(ratios):.3f}")
-    print(f"  largest reward difference: {largest_diff:.2e}")
+    result = {
+        "baseline": git_revision(args.against),
+        "checkout": git_revision("HEAD") + ("+changes" if orchrm_changed() else ""),
+        "encoder": args.encoder,
+        "architecture": args.architecture,
+        "threads": args.threads,
+        "dense_max_tokens": onnxrt.DENSE_MAX_TOKENS,
+        "calls": len(ratios),
+        "old_p50_ms": 1e3 * statistics.median(times["old"]),
+        "new_p50_ms": 1e3 * statistics.median(times["new"]),
+        "new_over_old": statistics.median(ratios),
+        "largest_reward_difference": largest_diff,
+    }
+    print(json.dumps(result, indent=2))
+    record(args.out, result)
     return 0
 
 

@@ -30,7 +30,7 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
 from orchrm import BradleyTerryModel  # noqa: E402
-from orchrm.onnxrt import OnnxScorer, graph_inputs  # noqa: E402
+from orchrm.onnxrt import OnnxScorer, graph_inputs, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency import batch_flops, matmul_rate, sandbox_tasks  # noqa: E402
@@ -41,11 +41,7 @@ RESULTS = Path(__file__).parent / "results"
 
 def profiled_session(scorer: OnnxScorer, dense: bool, threads: int, prefix: str) -> ort.InferenceSession:
     """A session of one of the scorer's graphs with ONNX Runtime's profiler on (the scorer's options otherwise)."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
+    options = session_options(threads)
     options.enable_profiling = True
     options.profile_file_prefix = prefix
     return ort.InferenceSession(scorer.graphs[dense].SerializeToString(), options, providers=["CPUExecutionProvider"])

@@ -323,6 +323,19 @@ def graph_inputs(batch: encoders.TokenBatch, *, dense: bool | None = None) -> di
     return inputs
 
 
+def session_options(threads: int, *, spinning: bool = False):
+    """The ``onnxruntime.SessionOptions`` of a scorer's sessions: ``threads`` intra-op threads, every
+    graph optimisation, quiet logs, spinning threads or not (see :class:`OnnxScorer`)."""
+    _, ort = _import_onnx()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    return options
+
+
 class OnnxScorer:
     """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through ONNX Runtime on the CPU.
 
@@ -357,12 +370,7 @@ class OnnxScorer:
         self._scoring_texts = model.scoring_texts
         self.reward_mean = model.reward_mean
         self.reward_std = model.reward_std
-        self._options = ort.SessionOptions()
-        self._options.intra_op_num_threads = threads
-        self._options.inter_op_num_threads = 1
-        self._options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._options.log_severity_level = 3
-        self._options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        self._options = session_options(threads, spinning=spinning)
         #: the graphs (weights copied now), by ``dense``: row-wise always, dense for ``shared_prompt``
         self.graphs = {False: build_graph(model, dense=False)}
         if model.shared_prompt:
