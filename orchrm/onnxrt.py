@@ -50,9 +50,9 @@ _CONTRIB = "com.microsoft"
 DEFAULT_MAX_TOKENS = 512
 #: a ``shared_prompt`` chunk of at most this many tokens attends densely (one (T, T) mask, the
 #: fewest operators); a longer one in padded rows, where T² scores cost more than the extra
-#: operators. ``benchmarks/ab_onnx.py --against HEAD --dense-max-tokens 0`` (rows always) timed
-#: 8 plans of the default model (about 150 tokens) at 1.16x; ``--dense-max-tokens 100000
-#: --encoder minilm`` (dense always) MiniLM's (300 to 500 tokens a chunk) at 1.14x
+#: operators. In ``benchmarks/results/ab_onnx.md``, rows always (``--dense-max-tokens 0``) timed
+#: 8 plans of the default model (about 150 tokens) at 1.15x; dense always (``--dense-max-tokens
+#: 100000 --encoder minilm``) MiniLM's (300 to 500 tokens a chunk) at 1.13x
 DENSE_MAX_TOKENS = 256
 #: added to the scores of keys a query must not see before taking each row's maximum
 _MASKED = float(np.finfo(np.float32).min)
