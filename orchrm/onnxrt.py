@@ -40,7 +40,7 @@ from torch import Tensor
 
 from orchrm import encoders
 from orchrm.errors import ConfigError
-from orchrm.model import BradleyTerryModel
+from orchrm.model import BradleyTerryModel, ScoringTexts
 
 #: ONNX opset of the graph (Gelu is a standard operator from 20 on)
 OPSET = 20
@@ -390,12 +390,12 @@ class OnnxScorer:
             )
         return self._sessions[dense]
 
-    def _chunks(self, prompt_ids: list[list[int]], action_ids: list[list[int]], which: list[int]) -> list[range]:
+    def _chunks(self, texts: ScoringTexts) -> list[range]:
         """Consecutive action ranges of at most ``max_tokens`` packed tokens each (at least one action)."""
         shared = self.model_config.architecture == "shared_prompt"
-        framed = [encoders.framed_prompt_length(len(p), self.model_config.prompt_length()) for p in prompt_ids]
+        framed = [encoders.framed_prompt_length(len(p), self.model_config.prompt_length()) for p in texts.prompt_ids]
         chunks, lo, tokens, seen = [], 0, 0, set()
-        for i, (a, j) in enumerate(zip(action_ids, which, strict=True)):
+        for i, (a, j) in enumerate(zip(texts.action_ids, texts.which, strict=True)):
             body = encoders.action_body_length(len(a), framed[j], self.model_config.max_length)
             need = body + (framed[j] if (not shared or j not in seen) else 0)
             if i > lo and tokens + need > self.max_tokens:
@@ -404,7 +404,7 @@ class OnnxScorer:
                 need = body + framed[j]
             tokens += need
             seen.add(j)
-        chunks.append(range(lo, len(action_ids)))
+        chunks.append(range(lo, len(texts.action_ids)))
         return chunks
 
     def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
@@ -413,7 +413,7 @@ class OnnxScorer:
         if texts is None:
             return torch.zeros(0)
         out = []
-        for chunk in self._chunks(texts.prompt_ids, texts.action_ids, texts.which):
+        for chunk in self._chunks(texts):
             batch = texts.pack(chunk)
             dense = self.dense_for(batch)
             out.append(self.session(dense=dense).run(None, graph_inputs(batch, dense=dense))[0])

@@ -97,15 +97,10 @@ def test_chunking_does_not_change_a_reward(trained_model, pairs):
     whole = OnnxScorer(trained_model, max_tokens=100_000)
     tiny = OnnxScorer(trained_model, max_tokens=1)  # one action per chunk
     middle = OnnxScorer(trained_model, max_tokens=120)
-    assert len(middle._chunks(*_chunk_args(trained_model, prompts, actions))) > 2
+    assert len(middle._chunks(trained_model.scoring_texts(prompts, actions))) > 2
     ref = whole.score(prompts, actions)
     torch.testing.assert_close(tiny.score(prompts, actions), ref, rtol=0, atol=1e-5)
     torch.testing.assert_close(middle.score(prompts, actions), ref, rtol=0, atol=1e-5)
-
-
-def _chunk_args(model, prompts, actions):
-    distinct = list(dict.fromkeys(prompts))
-    return model.tokenize(distinct), model.tokenize(actions), [distinct.index(p) for p in prompts]
 
 
 def test_mask_lets_actions_see_their_prompt_and_themselves_only(trained_model):
