@@ -20,10 +20,10 @@ their own. Or, for a ``shared_prompt`` chunk of at most ``DENSE_MAX_TOKENS`` tok
 question and a few short plans), densely over all of the chunk's T tokens with a visibility
 mask: T² scores instead of the sum over rows, but far fewer operators, which is what counts at
 that size. Calls are cut into chunks of at most ``max_tokens`` tokens; one question with 8 plans
-is one chunk. The softmax never takes exp() of a masked score (see ``attend`` in
-:func:`build_graph`): ONNX Runtime's own Attention operator does, through an additive mask, and
-exp() of a very negative number runs the CPU's slow denormal path, which cost that operator more
-than the matmuls of the attention itself.
+is one chunk. The softmax never takes exp() of a masked score's full distance below the row's
+maximum (see ``attend`` in :func:`build_graph`): ONNX Runtime's own Attention operator does,
+through an additive mask, and exp() of a very negative number runs the CPU's slow denormal path,
+which cost that operator more than the matmuls of the attention itself.
 
 The scorer copies the weights when it is built: train the model further and build a new one.
 Needs the ``onnx`` extra (``pip install 'orchrm[onnx]'``).
@@ -56,6 +56,9 @@ DEFAULT_MAX_TOKENS = 512
 DENSE_MAX_TOKENS = 256
 #: added to the scores of keys a query must not see before taking each row's maximum
 _MASKED = float(np.finfo(np.float32).min)
+#: before the softmax, every score is raised to at least its row's largest visible score minus
+#: this: exp() then never underflows into denormals (which start below exp(-87))
+SOFTMAX_FLOOR = 60.0
 
 #: ``transformers`` activation -> (ONNX operator, its attributes)
 _ACTIVATIONS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -154,34 +157,33 @@ def build_graph(model: BradleyTerryModel, *, dense: bool | None = None):
     head_dim = width // heads
     as_tokens = const("shape.tokens", np.array([-1, width], dtype=np.int64))
     last = const("axes.last", np.array([-1], dtype=np.int64))
-    zero = const("zero", np.array(0.0, dtype=np.float32))
+    floor = const("softmax.floor", np.array(SOFTMAX_FLOOR, dtype=np.float32))
 
-    def mask(visible: str, name: str, axes: list[int]) -> tuple[str, str]:
-        """1/0 visibility, unsqueezed at ``axes`` -> ``keep`` and ``bias`` (0 / float32 min, for the row maxima)."""
+    def mask(visible: str, name: str, axes: list[int]) -> str:
+        """1/0 visibility, unsqueezed at ``axes`` -> an additive bias: 0 where visible, float32 min elsewhere."""
         keep = node("Unsqueeze", [visible, const(f"{name}.axes", np.array(axes, dtype=np.int64))], f"{name}.keep") if axes else visible
-        bias = node("Mul", [node("Sub", [keep, const(f"{name}.one", np.array(1.0, dtype=np.float32))], f"{name}.off"),
+        return node("Mul", [node("Sub", [keep, const(f"{name}.one", np.array(1.0, dtype=np.float32))], f"{name}.off"),
                             const(f"{name}.big", np.array(-_MASKED, dtype=np.float32))], f"{name}.bias")
-        return keep, bias
 
-    def attend(scores: str, values: str, masks: tuple[str, str], p: str, op: str = "MatMul", **attrs: Any) -> str:
-        """``op(softmax(scores), values)`` with the softmax over the keys a query may see (exactly 0 elsewhere).
+    def attend(scores: str, values: str, bias: str, p: str, op: str = "MatMul", **attrs: Any) -> str:
+        """``op(softmax(scores), values)`` with the softmax over the keys a query may see.
 
         Not ``Softmax(scores + bias)``: exp() of a masked score (float32 min, or anything below
-        about -87) takes the CPU's slow denormal path and cost more than the rest of attention.
-        Here every exp() argument lies in [-inf, 0] around the row's largest *visible* score, and
-        masked entries are multiplied out. The normalisation divides the (queries, d) output
-        rather than the (queries, keys) weights.
+        about -87 after the row's maximum is subtracted) gives a denormal or takes the CPU's slow
+        path to zero, and that cost more than the rest of attention. Here every score is first
+        raised to at least the row's largest *visible* score minus ``SOFTMAX_FLOOR``, so exp()
+        only ever sees arguments in [-SOFTMAX_FLOOR, 0]: a masked key keeps a weight of at most
+        exp(-60) ~ 1e-26 of the row's, far below float32 resolution of the result. A row that
+        sees no key at all (never made by :func:`graph_inputs`) averages its values, no NaN.
         """
-        keep, bias = masks
-        top = node("ReduceMax", [node("Add", [scores, bias], f"{p}.biased"), last], f"{p}.max", keepdims=1)
-        e = node("Exp", [node("Min", [node("Sub", [scores, top], f"{p}.shifted"), zero], f"{p}.clipped")], f"{p}.exp")
-        e = node("Mul", [e, keep], f"{p}.visible")
-        weighted = node(op, [e, values], f"{p}.weighted", **attrs)
-        return node("Div", [weighted, node("ReduceSum", [e, last], f"{p}.sum", keepdims=1)], f"{p}.ctx_heads")
+        biased = node("Add", [scores, bias], f"{p}.biased")
+        lowest = node("Sub", [node("ReduceMax", [biased, last], f"{p}.max", keepdims=1), floor], f"{p}.lowest")
+        weights = node("Softmax", [node("Max", [biased, lowest], f"{p}.raised")], f"{p}.weights", axis=-1)
+        return node(op, [weights, values], f"{p}.ctx_heads", **attrs)
 
-    def in_rows(q: str, k: str, v: str, masks: tuple[str, str], p: str) -> str:
+    def in_rows(q: str, k: str, v: str, bias: str, p: str) -> str:
         """Attention in padded rows: (rows, H, W, d) q, k, v -> (rows * W, H * d), one slot per row position."""
-        ctx = attend(node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transB=1), v, masks, p)
+        ctx = attend(node("FusedMatMul", [q, k], f"{p}.scores", domain=_CONTRIB, transB=1), v, bias, p)
         return node("Reshape", [node("Transpose", [ctx], f"{p}.ctx_rows", perm=[0, 2, 1, 3]), as_tokens], f"{p}.ctx_slots")
 
     def heads_of(qkv: str, rows: str, p: str) -> list[str]:

@@ -103,6 +103,25 @@ def test_chunking_does_not_change_a_reward(trained_model, pairs):
     torch.testing.assert_close(middle.score(prompts, actions), ref, rtol=0, atol=1e-5)
 
 
+def test_a_query_that_sees_no_key_gives_finite_rewards_and_leaves_the_others_alone(trained_model):
+    # graph_inputs never makes such a row; the softmax must still not divide 0 by 0
+    scorer = OnnxScorer(trained_model)
+    batch = trained_model.pack(trained_model.tokenize(["What is 2 + 3?"]), trained_model.tokenize(["add them", "guess"]), [0, 0])
+    inputs = graph_inputs(batch, dense=True)
+    session = scorer.session(dense=True)
+    (expected,) = session.run(None, inputs)
+    blind = inputs["visible"].copy()
+    blind[1, :] = 0.0  # a prompt token: every action sees it, so every reward moves, but stays finite
+    (got,) = session.run(None, {**inputs, "visible": blind})
+    assert np.isfinite(got).all()
+    blind = inputs["visible"].copy()
+    last = len(blind) - 1  # the last action's last token: only that action sees it
+    blind[last, :] = 0.0
+    (got,) = session.run(None, {**inputs, "visible": blind})
+    assert np.isfinite(got).all()
+    assert got[0] == pytest.approx(expected[0], abs=1e-6)
+
+
 def test_mask_lets_actions_see_their_prompt_and_themselves_only(trained_model):
     batch = trained_model.pack([[5, 6], [7]], [[8, 9], [10], [11]], [0, 1, 0])
     inputs = graph_inputs(batch)
