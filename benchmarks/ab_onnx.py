@@ -37,7 +37,7 @@ from orchrm import BradleyTerryModel, onnxrt  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import RESULTS, sandbox_tasks  # noqa: E402
+from bench_latency import RESULTS, cpu_model, sandbox_tasks  # noqa: E402
 from results_io import write_json, write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ def orchrm_changed() -> bool:
 
 def record(out: Path, result: dict) -> None:
     """Add ``result`` to ``out`` (.json, one entry per comparison, a rerun replacing its entry) and its .md table."""
-    key = (f"{result['checkout']} vs {result['baseline']}: {result['encoder']}, {result['architecture']}, "
+    key = (f"{result['checkout']} vs {result['baseline']} on {result.get('cpu', 'an unrecorded CPU')}: {result['encoder']}, {result['architecture']}, "
            f"{result['threads']} thread(s), dense up to {result['dense_max_tokens']} tokens")
     runs = json.loads(out.read_text())["comparisons"] if out.exists() else {}
     runs[key] = result
@@ -93,11 +93,11 @@ def record(out: Path, result: dict) -> None:
         "`python benchmarks/ab_onnx.py --against REV [...]`: both scorers score the same sandbox tasks (a question "
         "and its 8 plans a call), call for call in turn; ratio = median of the per-call time ratios (new / old).",
         "",
-        "| checkout | baseline | encoder | layout | threads | dense up to | calls | old p50 ms | new p50 ms | new / old | largest reward diff |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| checkout | baseline | CPU | encoder | layout | threads | dense up to | calls | old p50 ms | new p50 ms | new / old | largest reward diff |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs.values():
-        lines.append(f"| {r['checkout']} | {r['baseline']} | {r['encoder']} | {r['architecture']} | {r['threads']} | "
+        lines.append(f"| {r['checkout']} | {r['baseline']} | {r.get('cpu', 'not recorded')} | {r['encoder']} | {r['architecture']} | {r['threads']} | "
                      f"{r['dense_max_tokens']} | {r['calls']} | {r['old_p50_ms']:.2f} | {r['new_p50_ms']:.2f} | "
                      f"{r['new_over_old']:.3f} | {r['largest_reward_difference']:.1e} |")
     write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
@@ -152,6 +152,7 @@ def main() -> int:
     result = {
         "baseline": git_revision(args.against),
         "checkout": git_revision("HEAD") + ("+changes" if orchrm_changed() else ""),
+        "cpu": cpu_model(),
         "encoder": args.encoder,
         "architecture": args.architecture,
         "threads": args.threads,

@@ -50,6 +50,17 @@ RUNTIMES = (TORCH, ONNX)
 TARGET_DEFAULT_MS = 30.0
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere), for the results files."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def sandbox_tasks(tasks_per_domain: int, plans: int, seed: int) -> list[tuple[str, str, list[str]]]:
     """(domain, question, plan texts) for tasks with ``plans`` distinct candidate plans."""
     from orchrm.collect import collect
@@ -291,7 +302,7 @@ def main() -> int:
     }
     result = {
         "benchmark": "scoring latency, 8 candidates of one task (CPU, fp32)",
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+        "machine": {"platform": platform.platform(), "cpu": cpu_model(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "load_average": os.getloadavg()},
         "tasks": len(cases),
         "rounds": args.rounds,
@@ -308,7 +319,7 @@ def main() -> int:
         f"end to end (tokenizing included), p50 over {len(cases)} sandbox tasks "
         f"x {args.rounds} rounds. Limit = the forward pass's FLOPs (real tokens) / the rate of a 1024x1024 fp32 "
         "matmul, the fastest of the installed kernels (MKL, oneDNN, MLAS), timed before each round of calls, with the same thread count (the two runtimes take turns round by round, after the same sample); ratio = median of per-call latency / "
-        f"limit. Machine: {os.cpu_count()} CPUs, shared with other jobs (load average at the end "
+        f"limit. Machine: {os.cpu_count()} CPUs ({cpu_model()}), shared with other jobs (load average at the end "
         f"{os.getloadavg()[0]:.1f}).",
         "",
         "| threads | runtime | model | inputs | tokens | GFLOP | p50 ms | p90 ms | limit ms | ratio | ratio by round, min-max |",

@@ -33,7 +33,7 @@ from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, graph_inputs, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import batch_flops, matmul_rates, sandbox_tasks  # noqa: E402
+from bench_latency import batch_flops, cpu_model, matmul_rates, sandbox_tasks  # noqa: E402
 from results_io import write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -104,6 +104,7 @@ def main() -> int:
 
     result = {
         "benchmark": "ONNX Runtime profile of OnnxScorer, default model, 8 plans of one task",
+        "cpu": cpu_model(),
         "threads": args.threads,
         "attention": "dense" if dense else "rows",
         "calls": len(runs),
@@ -118,7 +119,7 @@ def main() -> int:
     lines = [
         "# Where OnnxScorer's time goes (default model, 8 plans of one task)",
         "",
-        f"ONNX Runtime's profiler over {len(runs)} calls, {args.threads} thread(s), "
+        f"ONNX Runtime's profiler over {len(runs)} calls, {args.threads} thread(s) of a {cpu_model()}, "
         f"{'dense' if dense else 'row-wise'} attention graph; medians per call. "
         f"`session.run`: {run_ms:.2f} ms; the Python side of `score` (tokenize, pack, inputs): {python_ms:.2f} ms; "
         f"the compute limit of the same work in this run: {limit_ms:.2f} ms (the fastest 1024x1024 fp32 matmul kernel's rate, "
