@@ -133,7 +133,7 @@ def main() -> int:
         *(f"| {op} | {ms:.3f} | {ms / run_ms:.0%} |" for op, ms in ops),
         "",
         "Gemm: the linear layers (q, k, v, attention output, feed-forward, head); FusedMatMul: the "
-        "attention's scores and weighted values; ReduceMax, Sub, Min, Exp, Mul, ReduceSum, Div: its "
+        "attention's scores and weighted values; ReduceMax, Sub, Max, Softmax: its "
         "masked softmax; Split, Transpose, Reshape: the heads' layout; Add: residuals, embeddings and the mask bias.",
     ]
     write_text(args.out / "onnx_profile.md", "\n".join(lines) + "\n")

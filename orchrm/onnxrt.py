@@ -51,8 +51,9 @@ DEFAULT_MAX_TOKENS = 512
 #: a ``shared_prompt`` chunk of at most this many tokens attends densely (one (T, T) mask, the
 #: fewest operators); a longer one in padded rows, where T² scores cost more than the extra
 #: operators. In ``benchmarks/results/ab_onnx.md``, rows always (``--dense-max-tokens 0``) timed
-#: 8 plans of the default model (about 150 tokens) at 1.15x; dense always (``--dense-max-tokens
-#: 100000 --encoder minilm``) MiniLM's (300 to 500 tokens a chunk) at 1.13x
+#: 8 plans of the default model (about 150 tokens) at 1.15x (Intel Xeon) and 1.07x (AMD EPYC);
+#: dense always (``--dense-max-tokens 100000 --encoder minilm``) MiniLM's (300 to 500 tokens a
+#: chunk) at 1.13x and 1.06x
 DENSE_MAX_TOKENS = 256
 #: added to the scores of keys a query must not see before taking each row's maximum
 _MASKED = float(np.finfo(np.float32).min)
@@ -343,11 +344,11 @@ class OnnxScorer:
 
     ``threads``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
     ``max_tokens``: the most tokens one chunk holds. ``spinning``: let ONNX Runtime's threads
-    busy-wait for work between operators and calls (its own default). Off here: on the 2-CPU
-    machine of ``benchmarks/results/latency.md`` (and ``latency_spinning/`` beside it) spinning
-    made MiniLM's two-thread scoring slower and the default model's not clearly faster, it takes
-    cores from whatever else the process does between calls, and several spinning scorers in one
-    process slow each other.
+    busy-wait for work between operators and calls (its own default). Off here: on both 2-CPU
+    machines of ``benchmarks/results/latency.md`` (and ``latency_spinning/`` beside it, in this
+    file's history for the earlier one) spinning made MiniLM's two-thread scoring 40% slower and
+    the default model's 15 to 20% faster, it takes cores from whatever else the process does between
+    calls, and several spinning scorers in one process slow each other.
     """
 
     def __init__(
