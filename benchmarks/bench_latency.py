@@ -3,13 +3,14 @@
 For each model and runtime, ``model.score(question, plans)`` (PyTorch) or
 ``OnnxScorer(model).score(question, plans)`` (ONNX Runtime, :mod:`orchrm.onnxrt`) on the sandbox's
 real question + plan texts (8 plans of one task, the test-time-scaling call), p50 over many tasks
-and repetitions, end to end (tokenizing included). Beside it, the *compute limit* of the same work: the forward pass's FLOPs
-(counted from the real token counts: linear layers 2 * tokens * in * out, attention 2 * 2 * Lq *
-Lk * width per row, the head) divided by the rate this machine reaches on a large fp32 matmul
-(1024 x 1024, the fastest of the installed kernels: MKL, oneDNN, MLAS), measured in the same run. On a shared machine the load changes under us, so the
-rate is sampled again before every round of calls and each call's ratio uses its round's rate; the
-reported ratio is the median of the per-call ratios. Targets (issue 4): within 1.3x of the limit, and at most 30 ms
-for the default model.
+and repetitions, end to end (tokenizing included). Beside it, the *compute limit* of the same
+work: the forward pass's FLOPs (counted from the real token counts: linear layers 2 * tokens * in
+* out, attention 2 * 2 * Lq * Lk * width per row, the head) divided by the rate this machine
+reaches on a large fp32 matmul (1024 x 1024, the fastest of the installed kernels: MKL, oneDNN,
+MLAS), measured in the same run. On a shared machine the load changes under us, so the rate is
+sampled again before every round of calls and each call's ratio uses its round's rate; the
+reported ratio is the median of the per-call ratios. Targets (issue 4): within 1.3x of the
+limit, and at most 30 ms for the default model.
 
 Also timed, for scale: a plain 3-layer 256-wide BERT (joint) and MiniLM on 8 x 64-token inputs.
 
