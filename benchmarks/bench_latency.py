@@ -148,11 +148,6 @@ def matmul_rates(n: int = 1024, reps: int = 3) -> dict[str, float]:
     return rates
 
 
-def matmul_rate(n: int = 1024, reps: int = 3) -> float:
-    """FLOP/s of the fastest fp32 n x n matmul kernel here right now (:func:`matmul_rates`)."""
-    return max(matmul_rates(n, reps).values())
-
-
 def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int,
             scorers: dict[str, Callable[[str, list[str]], object]]) -> dict[str, dict]:
     """p50 latency of each of ``scorers`` (runtime name -> ``score(question, plans)`` of ``model``)

@@ -359,7 +359,7 @@ class OnnxScorer:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         spinning: bool = False,
     ) -> None:
-        _, ort = _import_onnx()
+        _import_onnx()  # without the extra, fail here, naming it
         if not model.fitted:
             raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
         if max_tokens < 1:
