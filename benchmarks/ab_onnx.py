@@ -37,8 +37,8 @@ from orchrm import BradleyTerryModel, onnxrt  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import RESULTS, cpu_model, sandbox_tasks  # noqa: E402
-from results_io import write_json, write_text  # noqa: E402
+from bench_latency import RESULTS, sandbox_tasks  # noqa: E402
+from results_io import cpu_model, write_json, write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import sys
 import time
@@ -33,7 +32,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import write_json, write_text  # noqa: E402
+from results_io import machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(".orchrm") / "bench"
@@ -193,7 +192,7 @@ def main() -> int:
 
     result = {
         "benchmark": "held-out pairwise accuracy per domain and encoder (sandbox)",
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__},
+        "machine": machine(torch=torch.__version__),
         "collection": {"tasks_per_domain": args.tasks, "plans_per_task": 8, "seed": args.seed,
                        "pairs": int(len(pairs)), "splits": {k: int(v) for k, v in pairs["split"].value_counts().items()}},
         "epochs": args.epochs,

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import write_json, write_text  # noqa: E402
+from results_io import machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET = {"math": 200, "code": 20, "multihop": 200, "webqa": 200}
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchrm.executor import MultiAgentExecutor
     from orchrm.tasks import load_tasks
 
-    report = {"cpu_count": os.cpu_count(), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
+    report = {"machine": machine(), "cpu_count": os.cpu_count(), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
     for domain in args.domains:
         n = max(4, args.tasks // 3) if domain == "code" else args.tasks
         tasks = load_tasks(domain, n, seed=args.seed)
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out, report)
     md = [
         f"# Collection speed ({report['cpu_count']} CPU cores, {args.workers} workers, {args.plans} plans per task)",
+        "",
+        f"Machine: {report['machine']['cpus']} CPUs ({report['machine']['cpu']}), load average "
+        f"{report['machine']['load_average'][0]} at the start.",
         "",
         "| domain | tasks | single process (plans/s) | parallel, end to end (plans/s) | target | met |",
         "|---|---|---|---|---|---|",

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,24 +41,13 @@ from orchrm.encoders import TokenBatch  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import write_json, write_text  # noqa: E402
+from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_RATIO = 1.3
 TORCH, ONNX = "PyTorch", "ONNX Runtime"
 RUNTIMES = (TORCH, ONNX)
 TARGET_DEFAULT_MS = 30.0
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere), for the results files."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def sandbox_tasks(tasks_per_domain: int, plans: int, seed: int) -> list[tuple[str, str, list[str]]]:
@@ -171,12 +159,12 @@ def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rou
     limits: dict[str, list[float]] = {n: [] for n in names}
     round_ratios: dict[str, list[float]] = {n: [] for n in names}
     kernel_rates: dict[str, list[float]] = {}
-    for r in range(rounds):
+    for round_no in range(rounds):
         rates = matmul_rates(1024, reps=3)
         rate = max(rates.values())
-        for kernel, r in rates.items():
-            kernel_rates.setdefault(kernel, []).append(r)
-        for name in names if r % 2 == 0 else names[::-1]:
+        for kernel, kernel_rate in rates.items():
+            kernel_rates.setdefault(kernel, []).append(kernel_rate)
+        for name in names if round_no % 2 == 0 else names[::-1]:
             score, first = scorers[name], len(ratios[name])
             for (q, plans), f in zip(cases, flops, strict=True):
                 t = time.perf_counter()
@@ -298,8 +286,7 @@ def main() -> int:
     }
     result = {
         "benchmark": "scoring latency, 8 candidates of one task (CPU, fp32)",
-        "machine": {"platform": platform.platform(), "cpu": cpu_model(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "load_average": os.getloadavg()},
+        "machine": machine(torch=torch.__version__),
         "tasks": len(cases),
         "rounds": args.rounds,
         "onnx_spinning": args.spinning,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_accuracy import sandbox_pairs  # noqa: E402
-from results_io import write_json, write_text  # noqa: E402
+from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_SPEEDUP = 2.0
@@ -165,8 +164,7 @@ def main() -> int:
     best = rows[-1]
     result = {
         "benchmark": "OrchRM Trainer vs TRL RewardTrainer, MiniLM, CPU fp32",
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "load_average": os.getloadavg()},
+        "machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "train_pairs": len(train), "train_tasks": int(train["task_id"].nunique()),
         "test_pairs": len(test), "test_tasks": int(test["task_id"].nunique()),
@@ -180,7 +178,7 @@ def main() -> int:
         "",
         f"{len(train)} plan-level training pairs from {result['train_tasks']} sandbox tasks, {args.epochs} epochs, "
         f"{args.batch_size} pairs per step, lr {args.lr}, max_length {args.max_length}; accuracy on "
-        f"{len(test)} pairs of {result['test_tasks']} held-out test tasks. {os.cpu_count()} CPUs shared with other "
+        f"{len(test)} pairs of {result['test_tasks']} held-out test tasks. {os.cpu_count()} CPUs ({cpu_model()}) shared with other "
         f"jobs (load average at the end {os.getloadavg()[0]:.1f}).",
         "",
         "| trainer | pairs/s | speed-up vs TRL | train s | test accuracy | vs TRL |",

@@ -33,8 +33,8 @@ from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, graph_inputs, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import batch_flops, cpu_model, matmul_rates, sandbox_tasks  # noqa: E402
-from results_io import write_json, write_text  # noqa: E402
+from bench_latency import batch_flops, matmul_rates, sandbox_tasks  # noqa: E402
+from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -104,7 +104,7 @@ def main() -> int:
 
     result = {
         "benchmark": "ONNX Runtime profile of OnnxScorer, default model, 8 plans of one task",
-        "cpu": cpu_model(),
+        "machine": machine(onnxruntime=ort.__version__),
         "threads": args.threads,
         "attention": "dense" if dense else "rows",
         "calls": len(runs),

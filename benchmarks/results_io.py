@@ -1,12 +1,38 @@
-"""Writing a benchmark's results files: each written whole or not at all (a crash leaves the old file)."""
+"""Writing a benchmark's results files: each written whole or not at all (a crash leaves the old file),
+each naming the machine it was measured on."""
 
 from __future__ import annotations
 
 import json
+import os
+import platform
 from pathlib import Path
 from typing import Any
 
 from orchrm.traces import atomic_write_bytes
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine(**extra: Any) -> dict[str, Any]:
+    """What a results file records of the machine: OS, CPU model and count, Python, load average now."""
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        **extra,
+    }
 
 
 def write_text(path: str | Path, text: str) -> Path:
