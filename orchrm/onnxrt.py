@@ -344,11 +344,11 @@ class OnnxScorer:
 
     ``threads``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
     ``max_tokens``: the most tokens one chunk holds. ``spinning``: let ONNX Runtime's threads
-    busy-wait for work between operators and calls (its own default). Off here: on both 2-CPU
-    machines of ``benchmarks/results/latency.md`` (and ``latency_spinning/`` beside it, in this
-    file's history for the earlier one) spinning made MiniLM's two-thread scoring 40% slower and
-    the default model's 15 to 20% faster, it takes cores from whatever else the process does between
-    calls, and several spinning scorers in one process slow each other.
+    busy-wait for work between operators and calls (its own default). Off here: on each 2-CPU
+    machine of ``benchmarks/results/latency.md`` (and ``latency_spinning/`` beside it; the others in
+    their history) spinning made MiniLM's two-thread scoring 35 to 40% slower and the default
+    model's 7 to 20% faster, it takes cores from whatever else the process does between calls, and
+    several spinning scorers in one process slow each other.
     """
 
     def __init__(
