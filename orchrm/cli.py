@@ -203,7 +203,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"orchrm {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; nothing partial was written", file=sys.stderr)
+        checkpoint = None
+        if args.command == "train":
+            from orchrm.train import LAST_CHECKPOINT  # already imported by the command
+
+            checkpoint = Path(args.out) / "checkpoints" / LAST_CHECKPOINT
+        if checkpoint is not None and checkpoint.is_file():
+            print(f"interrupted; the last checkpoint is {checkpoint}: continue with the same command and --resume",
+                  file=sys.stderr)
+        else:
+            print("interrupted; nothing partial was written", file=sys.stderr)
         return 130
 
 

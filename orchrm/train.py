@@ -370,7 +370,8 @@ class Trainer:
                 cb.on_train_begin(self._params(cfg, frame, train, val, fingerprint))
 
         train_seconds, pairs_seen = 0.0, 0
-        for epoch in range(state.epoch + 1, cfg.epochs + 1):
+        first = cfg.epochs + 1 if state.stopped_early else state.epoch + 1  # a run that stopped early stays stopped
+        for epoch in range(first, cfg.epochs + 1):
             torch.manual_seed(_epoch_seed(cfg.seed, epoch, dist.rank))
             net.train()
             t0 = time.perf_counter()
@@ -384,7 +385,8 @@ class Trainer:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
                 loss_value = float(loss.detach())
                 if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-                    raise self._diverged(loss_value, grad_norm, epoch, state, optimizer)
+                    what = f"loss {loss_value}, gradient norm {grad_norm} at step {state.step + 1}"
+                    raise self._diverged(what, epoch, state, optimizer)
                 optimizer.step()
                 schedule.step()
                 state.step += 1
@@ -398,6 +400,8 @@ class Trainer:
 
             evaluate = epoch % cfg.eval_interval == 0 or epoch == cfg.epochs
             val_loss, val_acc = self._evaluate(model, val, cfg, device, dist, val_feats) if evaluate else (None, None)
+            if val_loss is not None and not math.isfinite(val_loss):  # the weights went bad: keep the good checkpoint
+                raise self._diverged(f"validation loss {val_loss}", epoch, state, optimizer)
             record = EpochRecord(
                 epoch=epoch,
                 step=state.step,
@@ -414,12 +418,14 @@ class Trainer:
             improved = state.observe(record, cfg)
             if improved:
                 state.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            state.stopped_early = state.bad_evals >= cfg.patience
             if dist.main:
                 self._save_checkpoint(model, optimizer, schedule, state, fingerprint, cfg, dist, improved=improved)
                 for cb in self.callbacks:
                     cb.on_eval(record, model)
-            if state.bad_evals >= cfg.patience:
-                state.stopped_early = True
+            if self.checkpoint_dir is not None:
+                state.checkpoint_epoch = epoch
+            if state.stopped_early:
                 break
 
         if cfg.restore_best:
@@ -563,6 +569,7 @@ class Trainer:
             "best_val_loss": state.best_val_loss,
             "best_val_accuracy": state.best_val_accuracy,
             "bad_evals": state.bad_evals,
+            "stopped_early": state.stopped_early,
             "history": [asdict(r) for r in state.history],
             "data_hash": fingerprint,
             "world_size": dist.world,
@@ -581,17 +588,18 @@ class Trainer:
         elif best is not None and best.is_file() and state.best_epoch:
             model.load_weights(best)
 
-    def _diverged(self, loss: float, grad_norm: float, epoch: int, state: _LoopState, optimizer) -> TrainingError:
+    def _diverged(self, what: str, epoch: int, state: _LoopState, optimizer) -> TrainingError:
+        """The error for a run gone non-finite (``what``: its loss, gradient or validation loss), naming the
+        checkpoint this run can resume from."""
         lr = optimizer.param_groups[0]["lr"]
-        ckpt = self._checkpoint_path(LAST_CHECKPOINT)
-        if ckpt is not None and ckpt.is_file():
-            kept = f"the last good checkpoint is kept at {ckpt} (epoch {state.history[-1].epoch if state.history else '?'}); resume from it with resume=True"
+        if state.checkpoint_epoch is not None:
+            kept = (f"the last good checkpoint is kept at {self._checkpoint_path(LAST_CHECKPOINT)} (epoch "
+                    f"{state.checkpoint_epoch}); resume from it with resume=True")
         else:
-            kept = "no checkpoint was written yet"
+            kept = "no checkpoint of this run was written yet"
         return TrainingError(
-            f"training diverged at epoch {epoch}, step {state.step + 1}: loss {loss}, gradient norm {grad_norm} "
-            f"(learning rate {lr:.3g}). The update was not applied; {kept}. Lower the learning rate or "
-            "check the pairs (margins, empty texts)."
+            f"training diverged at epoch {epoch}: {what} (learning rate {lr:.3g}). Nothing of it was saved; "
+            f"{kept}. Lower the learning rate or check the pairs (margins, empty texts)."
         )
 
     def _params(self, cfg, frame, train: _Encoded, val: _Encoded | None, fingerprint: str) -> dict[str, Any]:
@@ -636,6 +644,8 @@ class _LoopState:
     best_val_accuracy: float | None = None
     bad_evals: int = 0
     stopped_early: bool = False
+    #: the epoch of ``last.safetensors`` when this run wrote it or resumed from it (None: none of this run's)
+    checkpoint_epoch: int | None = None
     history: list[EpochRecord] = field(default_factory=list)
     best_weights: dict[str, Tensor] | None = None
     optimizer_state: tuple[dict[str, Tensor], list, dict] | None = None
@@ -664,7 +674,9 @@ class _LoopState:
                 f"{fingerprint}); resume with the same pair table or start a new output directory"
             )
         saved = meta["train_config"]
-        for key in ("batch_size", "seed", "lr", "lr_schedule", "warmup_ratio", "weight_decay"):
+        # what decides the split, the batches, the loss or the updates must not change under a resumed run
+        for key in ("batch_size", "seed", "lr", "lr_schedule", "warmup_ratio", "weight_decay", "val_fraction",
+                    "grad_clip", "use_margin", "center_rewards_coefficient"):
             if saved.get(key) != cfg.model_dump(mode="json").get(key):
                 raise TrainingError(f"checkpoint {reader.path} used {key}={saved.get(key)!r}, now {key}={cfg.model_dump(mode='json').get(key)!r}; resume needs the same settings")
         if meta["world_size"] != world:
@@ -676,6 +688,8 @@ class _LoopState:
             best_val_loss=meta["best_val_loss"],
             best_val_accuracy=meta["best_val_accuracy"],
             bad_evals=meta["bad_evals"],
+            stopped_early=meta.get("stopped_early", meta["bad_evals"] >= cfg.patience),
+            checkpoint_epoch=meta["epoch"],
             history=[EpochRecord(**r) for r in meta["history"]],
         )
         best = reader.path.parent / BEST_CHECKPOINT

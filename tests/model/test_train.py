@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import signal
+import subprocess
+import sys
+import time
 
 import pandas as pd
 import pytest
@@ -12,6 +17,7 @@ from orchrm import BradleyTerryModel, Trainer
 from orchrm.cli import main as cli_main
 from orchrm.config import ModelConfig, TrainConfig
 from orchrm.errors import ConfigError, TraceSchemaError, TrainingError
+from orchrm.model import ModelFile
 from orchrm.train import LAST_CHECKPOINT, TrainCallback, TrainResult, fit
 
 SMALL = dict(batch_size=16, lr=3e-3, progress=False)
@@ -97,6 +103,45 @@ def test_resume_refuses_other_pairs_or_settings(small_pairs, pairs, tiny_model_k
         Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **(SMALL | {"batch_size": 8})).train(
             pairs=small_pairs, epochs=2, resume=True
         )
+    # another validation share would re-split the tasks: pairs trained on would be validated on
+    with pytest.raises(TrainingError, match="val_fraction=0.1, now val_fraction=0.5"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **(SMALL | {"val_fraction": 0.5})).train(
+            pairs=small_pairs, epochs=2, resume=True
+        )
+
+
+def _contradicting_validation(pairs):
+    """Validation pairs whose labels contradict the training signal: val loss rises as training works."""
+    flipped = pairs.copy()
+    val = flipped["split"] == "val"
+    flipped.loc[val, ["chosen", "rejected"]] = flipped.loc[val, ["rejected", "chosen"]].to_numpy()
+    return flipped
+
+
+def test_a_run_that_stopped_early_stays_stopped_when_resumed(small_pairs, tiny_model_kwargs, tmp_path):
+    flipped = _contradicting_validation(small_pairs)
+    settings = SMALL | {"patience": 2}
+    full_model = BradleyTerryModel(**tiny_model_kwargs)
+    full = Trainer(model=full_model, checkpoint_dir=tmp_path / "full", **settings).train(pairs=flipped, epochs=12)
+    assert full.stopped_early
+    stop = len(full.history)
+    # killed right after the checkpoint of the epoch that stopped it
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path / "killed", callbacks=[_Crash(at=stop)],
+                **settings).train(pairs=flipped, epochs=12)
+    resumed_model = BradleyTerryModel(**tiny_model_kwargs)
+    resumed = Trainer(model=resumed_model, checkpoint_dir=tmp_path / "killed", **settings).train(
+        pairs=flipped, epochs=12, resume=True
+    )
+    assert resumed.stopped_early and [r.epoch for r in resumed.history] == list(range(1, stop + 1))
+    assert resumed.steps == full.steps and resumed.best_epoch == full.best_epoch
+    for k, v in _weights(full_model).items():
+        assert torch.equal(v, resumed_model.state_dict()[k]), k
+    # and resuming a run that has finished trains nothing further
+    again = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path / "full", **settings).train(
+        pairs=flipped, epochs=12, resume=True
+    )
+    assert len(again.history) == stop and again.steps == full.steps
 
 
 class _Poison(TrainCallback):
@@ -122,11 +167,49 @@ def test_nan_loss_stops_with_an_error_and_keeps_the_last_good_checkpoint(small_p
     assert torch.isfinite(good.score(small_pairs["prompt"][:4].tolist(), small_pairs["chosen"][:4].tolist())).all()
 
 
+class _PoisonNextEpochEnd(TrainCallback):
+    """After an evaluated epoch, corrupt a weight on the last update of the epoch after it."""
+
+    def __init__(self, model) -> None:
+        self.model, self.at, self.saved = model, None, {}
+
+    def on_eval(self, record, model):
+        self.at = record.step // record.epoch * (record.epoch + 1)
+
+    def on_log(self, step, metrics):
+        if step == self.at:
+            with torch.no_grad():
+                self.model.head[3].weight.fill_(float("nan"))
+
+
+def test_divergence_names_the_epoch_of_the_checkpoint_it_keeps(small_pairs, tiny_model_kwargs, tmp_path):
+    # evaluated (and checkpointed) every 2 epochs; poisoned at the end of epoch 3: diverges in epoch 4
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    poison = _PoisonNextEpochEnd(model)
+    with pytest.raises(TrainingError, match=r"diverged at epoch 4: loss nan.*kept at .*\(epoch 2\)"):
+        Trainer(model=model, checkpoint_dir=tmp_path, callbacks=[poison], log_interval=1, **SMALL).train(
+            pairs=small_pairs, epochs=4, eval_interval=2
+        )
+    state = json.loads(ModelFile(tmp_path / LAST_CHECKPOINT).metadata["trainer_state"])
+    assert state["epoch"] == 2
+
+
+def test_a_nan_validation_loss_stops_before_the_checkpoint_is_overwritten(small_pairs, tiny_model_kwargs, tmp_path):
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    poison = _PoisonNextEpochEnd(model)  # the weights go bad on the last update of epoch 2, before its evaluation
+    with pytest.raises(TrainingError, match=r"diverged at epoch 2: validation loss nan.*kept at .*\(epoch 1\)"):
+        Trainer(model=model, checkpoint_dir=tmp_path, callbacks=[poison], log_interval=1, **SMALL).train(
+            pairs=small_pairs, epochs=4
+        )
+    resumed = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(
+        pairs=small_pairs, epochs=2, resume=True
+    )
+    assert [r.epoch for r in resumed.history] == [1, 2] and all(math.isfinite(r.val_loss) for r in resumed.history)
+
+
 def test_early_stopping_restores_the_best_weights(small_pairs, tiny_model_kwargs):
-    # validation pairs whose labels contradict the training signal: val loss rises as training works
-    flipped = small_pairs.copy()
+    flipped = _contradicting_validation(small_pairs)
     val = flipped["split"] == "val"
-    flipped.loc[val, ["chosen", "rejected"]] = flipped.loc[val, ["rejected", "chosen"]].to_numpy()
     model = BradleyTerryModel(**tiny_model_kwargs)
     result = Trainer(model=model, patience=2, **SMALL).train(pairs=flipped, epochs=12)
     assert result.stopped_early and len(result.history) < 12
@@ -271,6 +354,33 @@ def test_cli_train_writes_model_and_result(small_pairs, tmp_path, capsys):
     assert cli_main(argv[:-4] + ["--epochs", "3", "--config", str(tmp_path / "tiny.yaml"), "--resume"]) == 0
     summary = json.loads((tmp_path / "out" / "train_result.json").read_text())
     assert [r["epoch"] for r in summary["history"]] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_cli_train_interrupted_by_ctrl_c_points_to_the_checkpoint_to_resume(small_pairs, tmp_path):
+    from orchrm.traces import write_table
+
+    write_table(small_pairs, tmp_path / "pairs.parquet")
+    (tmp_path / "tiny.yaml").write_text(
+        "model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300}\n"
+        "train: {batch_size: 16, lr: 3.0e-3, patience: 1000}\n"
+    )
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchrm.cli", "train", "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(out),
+         "--epochs", "1000", "--config", str(tmp_path / "tiny.yaml")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    checkpoint = out / "checkpoints" / LAST_CHECKPOINT
+    deadline = time.monotonic() + 300  # only against a hang
+    while not checkpoint.is_file():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert f"the last checkpoint is {checkpoint}: continue with the same command and --resume" in err
 
 
 @pytest.mark.gpu
