@@ -44,6 +44,9 @@ from orchrm.errors import ConfigError, ModelFileError
 
 #: special tokens of the scratch tokenizer, in id order
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+#: a scratch tokenizer's alphabet keeps at most this many characters, the most frequent
+#: (``tokenizers``' usual limit for BERT WordPiece training)
+ALPHABET_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,10 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, pretokenizer: str 
     change of whitespace alone never changes the tokens. Pieces inside a word carry no ``##``
     prefix: with it the trainer numbers those pieces in hash-map order and breaks ties between
     merges differently on every run (huggingface/tokenizers#1794); without it training is
-    reproducible, which seeded runs and exact resume need.
+    reproducible, which seeded runs and exact resume need. The trainer keeps every character it
+    sees unless its alphabet is limited: it is, to at most ``ALPHABET_MAX`` characters and always
+    below ``vocab_size``, so no id falls outside the encoder's embedding table (rarer characters
+    become ``[UNK]``).
     """
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
@@ -80,10 +86,13 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int, pretokenizer: str 
         vocab_size=vocab_size,
         min_frequency=2,
         special_tokens=list(SPECIAL_TOKENS),
+        limit_alphabet=max(1, min(ALPHABET_MAX, vocab_size - len(SPECIAL_TOKENS))),
         continuing_subword_prefix="",
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
+    if tok.get_vocab_size() > vocab_size:  # the trainer's contract; checked, as the embedding table depends on it
+        raise ConfigError(f"the tokenizer came out with {tok.get_vocab_size()} tokens for vocab_size={vocab_size}; raise vocab_size")
     return tok
 
 
@@ -214,9 +223,12 @@ def encoder_from_config(config_dict: dict) -> nn.Module:
     if model_type not in CONFIG_MAPPING:
         raise ModelFileError(f"saved encoder has unknown model_type {model_type!r}; it needs a newer transformers")
     fields = {k: v for k, v in config_dict.items() if k not in ("model_type", "auto_map")}
-    with _quiet_transformers():
-        hf_config = AutoConfig.for_model(model_type, **fields)
-        model = AutoModel.from_config(hf_config, trust_remote_code=False)
+    try:
+        with _quiet_transformers():
+            hf_config = AutoConfig.for_model(model_type, **fields)
+            model = AutoModel.from_config(hf_config, trust_remote_code=False)
+    except Exception as exc:  # transformers and huggingface_hub raise their own validation error types
+        raise ModelFileError(f"saved encoder config is damaged ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     return _drop_pooler(model)
 
 
@@ -403,8 +415,10 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, key_valid: Tensor | None, dropou
 def _fused_qkv(att: nn.Module) -> tuple[Tensor, Tensor]:
     """The query, key and value projections stacked into one (3H, H) weight and (3H,) bias.
 
-    Without gradients the stack is cached on the module and rebuilt only when a source tensor
-    changes (an optimizer step or a load bumps its version counter).
+    Without gradients the stack is cached on the module and rebuilt when a source tensor's
+    version counter changes (an optimizer step, a load). Some writes leave the counter alone (a
+    fused AdamW step, ``param.data.copy_``), so :meth:`BradleyTerryModel.score` drops the cache at
+    the start of every call (:func:`forget_fused_qkv`).
     """
     parts = (att.query.weight, att.key.weight, att.value.weight, att.query.bias, att.key.bias, att.value.bias)
     if torch.is_grad_enabled() and any(p.requires_grad for p in parts):
@@ -416,6 +430,12 @@ def _fused_qkv(att: nn.Module) -> tuple[Tensor, Tensor]:
             cached = (key, torch.cat(parts[:3]), torch.cat(parts[3:]))
         att._orchrm_fused_qkv = cached
     return cached[1], cached[2]
+
+
+def forget_fused_qkv(module: nn.Module) -> None:
+    """Drop the stacked projections :func:`_fused_qkv` cached anywhere under ``module``."""
+    for m in module.modules():
+        m.__dict__.pop("_orchrm_fused_qkv", None)
 
 
 #: a bucket of action rows holds rows at most this many times longer than its shortest

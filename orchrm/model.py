@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,10 +72,15 @@ def bt_loss(
 
 def pair_up(prompts: str | Sequence[str], actions: Sequence[str]) -> tuple[list[str], list[str]]:
     """Equal-length prompt and action lists for scoring; one prompt string is shared by every action."""
+    if isinstance(actions, str):
+        raise TypeError("actions must be a list of texts, not one string (it would score each character): pass [action]")
     actions = list(actions)
     prompts = [prompts] * len(actions) if isinstance(prompts, str) else list(prompts)
     if len(prompts) != len(actions):
-        raise ValueError(f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt or one per action")
+        raise ValueError(
+            f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt string (shared by every "
+            "action) or a list with one prompt per action"
+        )
     return prompts, actions
 
 
@@ -104,10 +110,10 @@ def _seeded(seed: int):
 
 
 def _model_config(config: ModelConfig | None, fields: dict[str, Any]) -> ModelConfig:
-    if config is not None:
-        return config.model_copy(update=fields) if fields else config
+    if config is not None and not fields:
+        return config
     try:
-        return ModelConfig(**fields)
+        return ModelConfig(**({**config.model_dump(), **fields} if config is not None else fields))
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'model'}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid BradleyTerryModel arguments: {problems}") from None
@@ -137,8 +143,11 @@ class BradleyTerryModel(nn.Module):
         **fields: Any,
     ) -> None:
         super().__init__()
+        named = {"encoder": encoder, "hidden_dim": hidden_dim, "num_layers": num_layers}
         if config is None:
-            fields = {"encoder": encoder, "hidden_dim": hidden_dim, "num_layers": num_layers, **fields}
+            fields = named | fields
+        elif named != {"encoder": "scratch", "hidden_dim": 256, "num_layers": 3}:
+            raise ConfigError("give encoder, hidden_dim and num_layers inside config=ModelConfig(...), or leave config out")
         cfg = _model_config(config, fields)
         if not (isinstance(lr, int | float) and lr > 0):
             raise ConfigError(f"lr must be a positive number, got {lr!r}")
@@ -220,7 +229,7 @@ class BradleyTerryModel(nn.Module):
         """Train the scratch encoder's WordPiece tokenizer on ``texts`` (prompts and actions)."""
         if self.config.encoder != "scratch":
             raise ConfigError(f"encoder {self.config.encoder!r} brings its own tokenizer; only 'scratch' is fitted")
-        texts = [t for t in texts if t]
+        texts = [t for t in texts if t and not t.isspace()]
         if not texts:
             raise ConfigError("cannot fit the tokenizer on no text: give pairs with non-empty prompts and actions")
         tok = encoders.train_wordpiece(
@@ -292,6 +301,7 @@ class BradleyTerryModel(nn.Module):
         was_training = self.training
         if was_training:
             self.eval()
+        encoders.forget_fused_qkv(self.encoder)  # weights may have changed without a version bump
         device = self.device
         out = []
         try:
@@ -337,6 +347,11 @@ class BradleyTerryModel(nn.Module):
 
         if self.tokenizer is None:
             raise ConfigError("cannot save a scratch model before its tokenizer is fitted: train it first")
+        if not (math.isfinite(self.reward_mean) and math.isfinite(self.reward_std) and self.reward_std > 0):
+            raise ConfigError(
+                f"reward_mean {self.reward_mean} / reward_std {self.reward_std}: the statistics must be finite and "
+                "the std > 0 (Trainer.train sets them)"
+            )
         target = Path(path)
         if target.is_dir() or str(path).endswith(os.sep):
             target = target / MODEL_FILE
@@ -368,13 +383,13 @@ class BradleyTerryModel(nn.Module):
         corrupt file.
         """
         reader = ModelFile(path)
-        model = cls._assemble(
-            reader.model_config,
-            encoders.encoder_from_config(reader.json("encoder_config")),
-            reader.tokenizer(),
-            SpecialIds(**reader.json("special_ids")),
-            lr=float(reader.metadata["lr"]),
-        )
+        with _seeded(reader.model_config.seed):  # its random initialisation is overwritten by the weights
+            encoder = encoders.encoder_from_config(reader.json("encoder_config"))
+        try:
+            special = SpecialIds(**reader.json("special_ids"))
+        except TypeError as exc:
+            raise ModelFileError(f"{reader.path}: metadata 'special_ids' is damaged ({exc})") from None
+        model = cls._assemble(reader.model_config, encoder, reader.tokenizer(), special, lr=reader.number("lr"))
         model.load_weights(reader)
         return model.to(device).eval()
 
@@ -395,9 +410,21 @@ class BradleyTerryModel(nn.Module):
                 raise ModelFileError(f"{reader.path}: tensor {key} has shape {tuple(value.shape)}, expected {tuple(mine[key].shape)}")
         self.load_state_dict(state, strict=True)
         self.tokenizer = reader.tokenizer()
-        self.reward_mean = float(reader.metadata["reward_mean"])
-        self.reward_std = float(reader.metadata["reward_std"])
+        self.reward_mean = reader.number("reward_mean")
+        self.reward_std = reader.number("reward_std")
         self.manifest = reader.json("manifest")
+
+
+def _data_length(path: Path, header_len: int) -> int:
+    """The byte length of a safetensors file's tensor data, from its JSON header (the largest data offset)."""
+    with open(path, "rb") as fh:
+        fh.seek(8)
+        raw = fh.read(header_len)
+    try:
+        header = json.loads(raw)
+        return max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise ModelFileError(f"{path} has a damaged safetensors header: copy it again or re-save it") from None
 
 
 class ModelFile:
@@ -433,11 +460,16 @@ class ModelFile:
                 "(it could run code). Re-save the model with BradleyTerryModel.save"
             )
         size = target.stat().st_size
-        if len(head) < 9 or int.from_bytes(head[:8], "little") + 8 > size:
+        header_len = int.from_bytes(head[:8], "little") if len(head) >= 9 else size
+        if header_len + 8 > size:
             raise ModelFileError(
                 f"{target} is truncated or not a safetensors file ({size} bytes; the header "
                 "announces more): copy it again or re-save it with BradleyTerryModel.save"
             )
+        expected = 8 + header_len + _data_length(target, header_len)
+        if size != expected:
+            what = f"truncated ({size} of its {expected} bytes)" if size < expected else f"{size - expected} bytes longer than its data"
+            raise ModelFileError(f"{target} is {what}: copy it again or re-save it with BradleyTerryModel.save")
         try:
             with safe_open(str(target), framework="pt") as f:
                 metadata = f.metadata() or {}
@@ -449,7 +481,10 @@ class ModelFile:
                 f"{target} is a safetensors file but not an OrchRM reward model (no '{FILE_FORMAT}' metadata); "
                 "to use a Hugging Face encoder, pass its directory as BradleyTerryModel(encoder=...)"
             )
-        version = int(metadata.get("format_version", "0"))
+        try:
+            version = int(metadata.get("format_version", "0"))
+        except ValueError:
+            raise ModelFileError(f"{target}: metadata 'format_version' is damaged ({metadata['format_version']!r})") from None
         if version > FILE_VERSION:
             raise ModelFileError(f"{target} has format version {version}; this orchrm reads up to {FILE_VERSION}: upgrade orchrm")
         missing = [k for k in self.REQUIRED if k not in metadata]
@@ -460,6 +495,16 @@ class ModelFile:
             self.model_config = ModelConfig.model_validate_json(metadata["model_config"])
         except ValidationError as exc:
             raise ModelFileError(f"{target}: stored model config is invalid ({exc.errors()[0]['msg']})") from None
+
+    def number(self, key: str) -> float:
+        """A finite float of the metadata (``lr`` and ``reward_std`` also > 0), or :class:`ModelFileError`."""
+        try:
+            value = float(self.metadata[key])
+        except (KeyError, ValueError):
+            value = math.nan
+        if not math.isfinite(value) or (key in ("lr", "reward_std") and value <= 0):
+            raise ModelFileError(f"{self.path}: metadata {key!r} is damaged ({self.metadata.get(key)!r}); re-save the model")
+        return value
 
     def json(self, key: str) -> Any:
         try:

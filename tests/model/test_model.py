@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from orchrm import BradleyTerryModel, encoders
+from orchrm import BradleyTerryModel, bt_loss, encoders
 from orchrm.encoders import SpecialIds, pack, truncate_prompt
 from orchrm.errors import ConfigError, ModelFileError
 
@@ -53,6 +53,17 @@ def test_bad_arguments_name_the_problem(kwargs, message):
         BradleyTerryModel(**kwargs)
 
 
+def test_fields_next_to_a_config_are_validated_with_it():
+    from orchrm.config import ModelConfig
+
+    base = ModelConfig(hidden_dim=32, num_layers=1, num_heads=2)
+    assert BradleyTerryModel(config=base, max_length=64).config.max_length == 64
+    with pytest.raises(ConfigError, match="max_prompt_length"):
+        BradleyTerryModel(config=base, max_length=16, max_prompt_length=90)
+    with pytest.raises(ConfigError, match="inside config"):  # would be ignored silently otherwise
+        BradleyTerryModel(config=base, hidden_dim=64)
+
+
 def test_same_seed_same_initial_weights_and_global_rng_untouched():
     torch.manual_seed(123)
     before = torch.random.get_rng_state()
@@ -82,6 +93,24 @@ def test_tokenizer_training_is_deterministic_and_keeps_plan_attributes_whole(pai
     assert a.tokenizer.to_str() == b.tokenizer.to_str()
     tokens = a.tokenizer.encode('<agent id="a1" type="WebSearch" queries="2" top_k="5"/>', add_special_tokens=False).tokens
     assert 'type="websearch"' in tokens and len(tokens) <= 6
+
+
+def test_more_characters_than_vocab_size_never_give_ids_beyond_the_embeddings(pairs, tiny_model_kwargs):
+    from orchrm.onnxrt import OnnxScorer
+
+    cjk = " ".join(chr(0x4E00 + i) for i in range(400))  # 400 distinct characters, each seen twice
+    model = BradleyTerryModel(**(tiny_model_kwargs | {"vocab_size": 300})).eval()
+    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + [cjk, cjk])
+    assert model.tokenizer.get_vocab_size() <= 300
+    assert max(max(ids) for ids in model.tokenize([cjk, *pairs["chosen"]])) < 300
+    rewards = model.score("question", [cjk, pairs["chosen"].iloc[0]])
+    assert torch.isfinite(rewards).all()
+    torch.testing.assert_close(OnnxScorer(model).score("question", [cjk, pairs["chosen"].iloc[0]]), rewards, rtol=1e-5, atol=1e-5)
+
+
+def test_whitespace_is_no_text_to_fit_a_tokenizer_on():
+    with pytest.raises(ConfigError, match="no text"):
+        BradleyTerryModel(hidden_dim=32, num_layers=1, num_heads=2).fit_tokenizer(["  ", "\n\t", ""])
 
 
 # --- input layout ----------------------------------------------------------------------------
@@ -215,6 +244,8 @@ def test_score_broadcasts_one_prompt_and_checks_lengths(trained_model):
     assert trained_model.score(q, []).shape == (0,)
     with pytest.raises(ValueError, match="2 prompts for 1 actions"):
         trained_model.score([q, q], plans[:1])
+    with pytest.raises(TypeError, match="not one string"):  # it would score each character
+        trained_model.score(q, plans[0])
 
 
 def test_normalized_scores_use_stored_mean_and_std(trained_model, pairs):
@@ -266,8 +297,12 @@ def test_unfitted_scratch_model_cannot_be_saved(tmp_path):
 
 def _damaged_files(trained_model, tmp_path):
     good = trained_model.save(tmp_path / "good.pt").read_bytes()
-    truncated = tmp_path / "truncated.pt"
-    truncated.write_bytes(good[: len(good) // 2])
+    half = tmp_path / "half.pt"
+    half.write_bytes(good[: len(good) // 2])
+    one_short = tmp_path / "one_short.pt"
+    one_short.write_bytes(good[:-1])
+    appended = tmp_path / "appended.pt"
+    appended.write_bytes(good + b"junk")
     foreign = tmp_path / "foreign.safetensors"
     save_file({"weight": torch.zeros(2)}, str(foreign))
     pickled = tmp_path / "pickled.pt"
@@ -284,7 +319,9 @@ def _damaged_files(trained_model, tmp_path):
     hf_dir.mkdir()
     (hf_dir / "config.json").write_text("{}")
     return [
-        (truncated, "truncated"),
+        (half, rf"truncated \({len(good) // 2} of its {len(good)} bytes\)"),
+        (one_short, rf"truncated \({len(good) - 1} of its {len(good)} bytes\)"),
+        (appended, "4 bytes longer than its data"),
         (foreign, "not an OrchRM reward model"),
         (pickled, "pickled PyTorch checkpoint"),
         (plain_pickle, "pickled PyTorch checkpoint"),
@@ -299,6 +336,56 @@ def test_damaged_or_foreign_files_give_errors_that_say_what_is_wrong(trained_mod
     for path, message in _damaged_files(trained_model, tmp_path):
         with pytest.raises(ModelFileError, match=message):
             BradleyTerryModel.load(path)
+
+
+def _with_metadata(path, out, **changes):
+    """A copy of the model file ``path`` at ``out`` with metadata entries replaced."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
+    save_file(tensors, str(out), metadata=meta | changes)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("lr", "abc", "metadata 'lr' is damaged"),
+        ("reward_std", "0.0", "metadata 'reward_std' is damaged"),
+        ("reward_mean", "nan", "metadata 'reward_mean' is damaged"),
+        ("format_version", "x", "metadata 'format_version' is damaged"),
+        ("special_ids", "{}", "metadata 'special_ids' is damaged"),
+        ("encoder_config", None, "saved encoder config is damaged"),
+    ],
+)
+def test_damaged_metadata_gives_a_model_file_error(trained_model, tmp_path, key, value, message):
+    path = trained_model.save(tmp_path / "m.pt")
+    if value is None:  # a field of the wrong type
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            config = json.loads(f.metadata()["encoder_config"])
+        value = json.dumps(config | {"hidden_size": "big"})
+    with pytest.raises(ModelFileError, match=message):
+        BradleyTerryModel.load(_with_metadata(path, tmp_path / "bad.pt", **{key: value}))
+
+
+def test_save_refuses_reward_statistics_that_load_would_refuse(trained_model, tmp_path):
+    model = BradleyTerryModel.load(trained_model.save(tmp_path / "m.pt"))
+    model.reward_std = 0.0
+    with pytest.raises(ConfigError, match="std > 0"):
+        model.save(tmp_path / "zero_std.pt")
+    assert not (tmp_path / "zero_std.pt").exists()
+
+
+def test_loading_leaves_the_callers_random_state_alone(trained_model, tmp_path):
+    path = trained_model.save(tmp_path / "m.pt")
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    BradleyTerryModel.load(path)
+    assert torch.equal(torch.get_rng_state(), state)
 
 
 def test_loading_refuses_architectures_that_would_need_remote_code(trained_model, tmp_path):
@@ -327,3 +414,21 @@ def test_scores_follow_in_place_weight_updates(trained_model, pairs, tmp_path):
     assert not torch.equal(model.score(prompts, actions), before)
     model.load_weights(path)
     assert torch.equal(model.score(prompts, actions), before)
+    # writes that leave the version counter alone: through .data, and a fused AdamW step
+    key = model.encoder.encoder.layer[0].attention.self.key.weight
+    version = key._version
+    key.data.mul_(3.0)
+    assert key._version == version
+    fresh = BradleyTerryModel.load(path)
+    fresh.load_state_dict(model.state_dict())
+    assert torch.equal(model.score(prompts, actions), fresh.score(prompts, actions))
+    model.load_weights(path)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    r = model.score(prompts[:4], actions[:4])  # caches the stacks
+    model.train()
+    bt_loss(model(model.pack(model.tokenize(prompts[:2]), model.tokenize(actions[:2]), [0, 1])), torch.zeros(2)).backward()
+    optimizer.step()
+    fresh.load_state_dict(model.state_dict())
+    assert not torch.equal(model.score(prompts[:4], actions[:4]), r)
+    assert torch.equal(model.score(prompts, actions), fresh.score(prompts, actions))
