@@ -321,7 +321,8 @@ class Trainer:
         """Train on ``split == "train"`` pairs, validate on ``split == "val"`` (or held-out tasks).
 
         ``pairs``: a pair table (DataFrame, list of row dicts, or Parquet/JSONL path; DESIGN §3).
-        ``resume`` continues from ``checkpoint_dir/last.safetensors`` (same pairs and settings).
+        ``resume`` continues from ``checkpoint_dir/last.safetensors`` (same pairs and settings; more
+        epochs extend a run that ran all of its epochs, while one that stopped early stays stopped).
         """
         overrides = {k: v for k, v in {"epochs": epochs, "eval_interval": eval_interval}.items() if v is not None}
         cfg = _train_config(self.config, overrides)
