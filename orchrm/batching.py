@@ -23,6 +23,8 @@ from orchrm.errors import TraceSchemaError
 
 #: columns a pair table must have (``task_id`` may be missing: it is then derived from the prompt)
 REQUIRED_COLUMNS: tuple[str, ...] = ("prompt", "chosen", "rejected")
+#: the values of a pair table's ``split`` column (DESIGN §3)
+SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 
 def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> pd.DataFrame:
@@ -58,9 +60,9 @@ def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> p
     bad = df.index[~df["prompt"].map(lambda v: isinstance(v, str))]
     if len(bad):
         raise TraceSchemaError(f"column 'prompt' must hold text; rows {list(bad[:5])} do not")
-    if "task_id" not in df.columns:
-        df["task_id"] = df["prompt"].map(lambda p: hashlib.sha1(p.encode()).hexdigest()[:12])
-    df["task_id"] = df["task_id"].astype(str)
+    # a pair without a task id belongs to its prompt's task (pandas keeps missing values through astype(str))
+    derived = df["prompt"].map(lambda p: hashlib.sha1(p.encode()).hexdigest()[:12])
+    df["task_id"] = (df["task_id"].where(df["task_id"].notna(), derived) if "task_id" in df.columns else derived).astype(str)
     if "margin" not in df.columns:
         df["margin"] = 0.0
     margin = pd.to_numeric(df["margin"], errors="coerce")
@@ -68,7 +70,16 @@ def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> p
     if len(bad):
         raise TraceSchemaError(f"column 'margin' must be a finite number >= 0; rows {list(bad[:5])} are not")
     df["margin"] = margin.astype("float64")
-    df["split"] = df["split"].astype(str) if "split" in df.columns else "train"
+    if "split" in df.columns:
+        bad = df.index[~df["split"].isin(SPLITS)]
+        if len(bad):
+            raise TraceSchemaError(
+                f"column 'split' must be one of {list(SPLITS)}; rows {list(bad[:5])} hold "
+                f"{sorted(map(repr, df.loc[bad[:5], 'split']))} (drop the column to train on every row)"
+            )
+        df["split"] = df["split"].astype(str)
+    else:
+        df["split"] = "train"
     for col, default in (("domain", "unknown"), ("granularity", "plan")):
         df[col] = df[col].fillna(default).astype(str) if col in df.columns else default
     same = df.index[df["chosen"] == df["rejected"]]

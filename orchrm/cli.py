@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchrm.errors import OrchRMError
+from orchrm.errors import ConfigError, OrchRMError
 
 _TELEMETRY_OFF = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -43,13 +43,16 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     domains = cfg.collect.domains if args.domain == "all" else (args.domain,)
     source: str | dict[str, str] | None = args.source or dict(cfg.collect.sources) or None
     if args.source and ":" in args.source:
-        source = dict(part.split(":", 1) for part in args.source.split(","))
+        parts = [part.split(":", 1) for part in args.source.split(",")]
+        if any(len(p) != 2 or not all(x.strip() for x in p) for p in parts):
+            raise ConfigError(f"--source {args.source!r}: give one name for every domain, or DOMAIN:NAME,DOMAIN:NAME,...")
+        source = {domain.strip(): name.strip() for domain, name in parts}
     df = collect_to_file(
         args.out,
         domains=domains,
-        tasks_per_domain=args.tasks,
-        plans_per_task=args.plans,
-        seed=args.seed,
+        tasks_per_domain=args.tasks or cfg.collect.tasks_per_domain,
+        plans_per_task=args.plans or cfg.collect.plans_per_task,
+        seed=cfg.collect.seed if args.seed is None else args.seed,
         source=source,
         workers=args.workers or cfg.collect.workers,
         noise=cfg.sandbox,
@@ -90,14 +93,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from orchrm.config import load_config
+    from orchrm.config import load_config, with_overrides
     from orchrm.train import train_from_file
 
     cfg = load_config(args.config)
     overrides = {k: v for k, v in {"encoder": args.encoder}.items() if v is not None}
-    model_cfg = cfg.model.model_copy(update=overrides)
+    model_cfg = with_overrides(cfg.model, overrides)
     train_over = {k: v for k, v in {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr}.items() if v is not None}
-    train_cfg = cfg.train.model_copy(update=train_over)
+    train_cfg = with_overrides(cfg.train, train_over)
     result = train_from_file(args.pairs, args.out, model_config=model_cfg, train_config=train_cfg, resume=args.resume)
     print(result)
     return 0
@@ -132,9 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Deterministic for a seed.",
     )
     p.add_argument("--domain", choices=DOMAIN_CHOICES, default="all", help="task domain (default: all)")
-    p.add_argument("--tasks", type=positive_int, default=50, help="tasks per domain (default: 50)")
-    p.add_argument("--plans", type=positive_int, default=8, help="candidate plans per task (default: 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed for tasks, plans and the sandbox (default: 0)")
+    p.add_argument("--tasks", type=positive_int, default=None, help="tasks per domain (default: the config's, 50)")
+    p.add_argument("--plans", type=positive_int, default=None, help="candidate plans per task (default: the config's, 8)")
+    p.add_argument("--seed", type=int, default=None, help="seed for tasks, plans and the sandbox (default: the config's, 0)")
     p.add_argument(
         "--source",
         default=None,

@@ -31,7 +31,7 @@ class CollectConfig(_Frozen):
     domains: tuple[str, ...] = ("math", "code", "multihop", "webqa")
     tasks_per_domain: int = Field(50, ge=1)
     plans_per_task: int = Field(8, ge=1, le=64)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     #: task source per domain ("builtin" generators by default; e.g. math: gsm8k)
     sources: dict[str, str] = Field(default_factory=dict)
     #: share of each task's plans written by each sampler (normalised)
@@ -74,7 +74,7 @@ class PairsConfig(_Frozen):
     #: margin of a specialized-over-base pair: a prior, not a measured quality difference
     prior_margin: float = Field(0.5, gt=0.0, le=1.0)
     #: seeds the per-task cap; the split never depends on it (it is a hash of task_id)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     #: fraction of tasks in val and test; the rest trains
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)
     test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
@@ -136,7 +136,7 @@ class ModelConfig(_Frozen):
     #: encoder is frozen (its features are computed once per text and cached by the Trainer)
     train_layers: int | None = Field(None, ge=0)
     #: seed of the weight initialisation (scratch encoder and head)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
@@ -161,30 +161,30 @@ class TrainConfig(_Frozen):
     #: distinct text is encoded once per step
     batch_size: int = Field(32, ge=1)
     #: peak learning rate; None = the model's own ``lr`` (1e-4 unless set)
-    lr: float | None = Field(None, gt=0)
+    lr: float | None = Field(None, gt=0, allow_inf_nan=False)
     epochs: int = Field(10, ge=1)
     #: validate (and checkpoint) every this many epochs
     eval_interval: int = Field(1, ge=1)
-    weight_decay: float = Field(0.01, ge=0)
+    weight_decay: float = Field(0.01, ge=0, allow_inf_nan=False)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     lr_schedule: Literal["linear", "cosine", "constant"] = "linear"
-    grad_clip: float = Field(1.0, gt=0)
+    grad_clip: float = Field(1.0, gt=0, allow_inf_nan=False)
     #: stop after this many evaluations without a lower validation loss
     patience: int = Field(3, ge=1)
-    min_delta: float = Field(0.0, ge=0)
+    min_delta: float = Field(0.0, ge=0, allow_inf_nan=False)
     #: put the best validation weights back into the model when training ends
     restore_best: bool = True
     #: use the pair's ``margin`` in the loss: -log sigmoid(r_w - r_l - margin)
     use_margin: bool = True
     #: TRL's center_rewards_coefficient: + coef * mean((r_w + r_l)^2); None = off
-    center_rewards_coefficient: float | None = Field(None, ge=0)
+    center_rewards_coefficient: float | None = Field(None, ge=0, allow_inf_nan=False)
     #: ``auto`` = bf16 autocast on CUDA when supported, fp32 otherwise
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     #: tasks held out for validation when the table has no ``val`` rows
     val_fraction: float = Field(0.1, ge=0.0, lt=1.0)
     #: report the training loss to callbacks every this many steps
     log_interval: int = Field(10, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
 
 
 class PipelineConfig(_Frozen):
@@ -213,6 +213,17 @@ def _format_errors(exc: ValidationError, origin: str) -> str:
     return "\n".join(lines)
 
 
+def with_overrides(section: BaseModel, changes: dict[str, Any], *, origin: str = "the command line") -> Any:
+    """``section`` (a config section) with ``changes`` applied and the whole validated again
+    (``model_copy(update=...)`` would skip validation); ConfigError names each bad field."""
+    if not changes:
+        return section
+    try:
+        return type(section).model_validate(section.model_dump() | changes)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, origin)) from None
+
+
 def config_from_dict(data: dict[str, Any] | None, *, origin: str = "<dict>") -> PipelineConfig:
     """Validate a plain dict into a :class:`PipelineConfig` (ConfigError names each bad field)."""
     try:
@@ -226,12 +237,17 @@ def load_config(path: str | os.PathLike | None = None) -> PipelineConfig:
     if path is None:
         return PipelineConfig()
     source = Path(path)
-    if not source.exists():
-        raise ConfigError(f"config file {source} not found; see configs/ for examples")
+    if not source.is_file():
+        what = "is a directory, not a file" if source.is_dir() else "not found"
+        raise ConfigError(f"config file {source} {what}; see configs/ for examples")
     try:
         data = yaml.safe_load(source.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source} is not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {source} cannot be read ({exc.strerror})") from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections (collect:, pairs:, ...)")
     return config_from_dict(data, origin=str(source))

@@ -220,7 +220,9 @@ def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
 
 
 def _shard(batches: list[np.ndarray], dist: _Dist, *, pad: bool) -> list[np.ndarray]:
-    """This rank's steps. ``pad`` repeats early steps so every rank runs the same number (training)."""
+    """This rank's steps: ``batches[rank::world]``. ``pad`` repeats early steps after the last so every
+    rank runs the same number (training); this rank's step ``j`` is a repeat when ``rank + j * world``
+    is past the end of ``batches``, and its pairs are trained on but not counted again."""
     if dist.world == 1:
         return batches
     if pad and batches:
@@ -377,8 +379,9 @@ class Trainer:
             net.train()
             t0 = time.perf_counter()
             sums = np.zeros(3)  # loss * pairs, correct, pairs
-            steps = _shard(task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=epoch), dist, pad=True)
-            for pair_ids in self._progress(steps, epoch, cfg.epochs, dist):
+            batches = task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=epoch)
+            steps = _shard(batches, dist, pad=True)
+            for j, pair_ids in enumerate(self._progress(steps, epoch, cfg.epochs, dist)):
                 with autocast:
                     loss, correct = self._loss(net, train, pair_ids, cfg, device, train_feats)
                 optimizer.zero_grad(set_to_none=True)
@@ -391,7 +394,8 @@ class Trainer:
                 optimizer.step()
                 schedule.step()
                 state.step += 1
-                sums += (loss_value * len(pair_ids), float(correct), len(pair_ids))
+                if dist.rank + j * dist.world < len(batches):  # not a repeat that only evens out the ranks' steps
+                    sums += (loss_value * len(pair_ids), float(correct), len(pair_ids))
                 if dist.main and state.step % cfg.log_interval == 0:
                     for cb in self.callbacks:
                         cb.on_log(state.step, {"loss": loss_value, "lr": schedule.get_last_lr()[0], "grad_norm": grad_norm})

@@ -55,6 +55,19 @@ def test_cli_collect_writes_the_artifact_table(tmp_path):
     check_artifact_table(read_table(out), tasks_per_domain=3, plans=8)
 
 
+def test_cli_collect_takes_sizes_from_the_config_and_checks_source(tmp_path):
+    (tmp_path / "small.yaml").write_text("collect: {tasks_per_domain: 2, plans_per_task: 3, seed: 5}\n")
+    out = tmp_path / "artifacts.parquet"
+    argv = [sys.executable, "-m", "orchrm.cli", "collect", "--domain", "math", "--out", str(out), "--quiet", "--workers", "1"]
+    proc = subprocess.run([*argv, "--config", str(tmp_path / "small.yaml")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    df = read_table(out)
+    finals = df[df["is_final"]]
+    assert finals["task_id"].nunique() == 2 and finals.groupby("task_id")["plan_id"].nunique().max() <= 3
+    proc = subprocess.run([*argv, "--source", "math:builtin,webqa"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "DOMAIN:NAME" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_collection_is_deterministic_whatever_the_workers():
     a = collect(domains=["math", "webqa"], tasks_per_domain=4, plans_per_task=4, seed=11, workers=1, progress=False)
     b = collect(domains=["math", "webqa"], tasks_per_domain=4, plans_per_task=4, seed=11, workers=2, progress=False)

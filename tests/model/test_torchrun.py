@@ -46,6 +46,8 @@ def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
     n_batches = len(task_batches(PairIndex.build(train), 16, seed=0, epoch=1))
     # each rank ran half of every epoch's steps, and the pair count covers both ranks
     assert summary["steps"] == 2 * math.ceil(n_batches / 2)
+    # a repeated step that only evens out the ranks is trained on, not counted: every pair once an epoch
+    assert round(summary["pairs_per_second"] * summary["train_seconds"]) == 2 * len(train)
     assert summary["history"][-1]["train_loss"] < summary["history"][0]["train_loss"]
     assert model.manifest["train_pairs"] == len(train)
     r = model.score(list(pairs["prompt"][:3]), list(pairs["chosen"][:3]))

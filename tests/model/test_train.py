@@ -289,6 +289,8 @@ def test_zero_pairs_is_a_clear_error(tiny_model_kwargs):
         ([dict(prompt="q", chosen="a")], r"lacks column\(s\) \['rejected'\]"),
         ([dict(prompt="q", chosen="a", rejected="a")], "chosen == rejected"),
         ([dict(prompt="q", chosen="a", rejected="b", margin=float("nan"))], "finite number"),
+        ([dict(prompt="q", chosen="a", rejected="b", split=None)], r"'split' must be one of \['train', 'val', 'test'\]"),
+        ([dict(prompt="q", chosen="a", rejected="b", split="validation")], "'validation'"),
     ],
 )
 def test_bad_pair_tables_name_the_problem(rows, message, tiny_model_kwargs):
@@ -303,6 +305,18 @@ def test_pairs_without_a_train_split_train_on_every_row_with_a_warning(tiny_mode
     assert result.train_pairs == 3 and "no pairs with split == 'train'" in caplog.text
 
 
+def test_a_pair_without_a_task_id_belongs_to_its_prompts_task(small_pairs, tiny_model_kwargs):
+    from orchrm.batching import pair_frame
+
+    rows = small_pairs.copy()
+    rows.loc[rows.index[:5], "task_id"] = None
+    frame = pair_frame(rows)
+    assert frame["task_id"].notna().all() and "nan" not in set(frame["task_id"])
+    assert frame.loc[:4, "task_id"].nunique() == rows.loc[rows.index[:5], "prompt"].nunique()
+    result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), **SMALL).train(pairs=rows, epochs=1)
+    assert result.train_pairs + result.val_pairs == len(rows)
+
+
 def test_orchrm_dataset_format_and_missing_val_split_are_accepted(small_pairs, tiny_model_kwargs):
     own = small_pairs[["prompt", "chosen", "rejected", "source"]].rename(columns={"prompt": "input"})
     result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), **SMALL).train(pairs=own, epochs=1)
@@ -312,6 +326,10 @@ def test_orchrm_dataset_format_and_missing_val_split_are_accepted(small_pairs, t
 def test_bad_trainer_settings_name_the_field(tiny_model_kwargs):
     with pytest.raises(ConfigError, match="batch_size"):
         Trainer(model=BradleyTerryModel(**tiny_model_kwargs), batch_size=0)
+    with pytest.raises(ConfigError, match="seed"):  # numpy's generators take no negative seed
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), seed=-1)
+    with pytest.raises(ConfigError, match="lr"):  # would only fail after a step, as a divergence
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), lr=float("inf"))
     with pytest.raises(ConfigError, match="needs a CUDA device"):
         Trainer(model=BradleyTerryModel(**tiny_model_kwargs), precision="bf16", device="cpu", progress=False).train(
             pairs=[dict(prompt="q", chosen="a b", rejected="c d")]
@@ -350,6 +368,11 @@ def test_cli_train_writes_model_and_result(small_pairs, tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "train_result.json").read_text())
     assert len(summary["history"]) == 2 and summary["model_path"].endswith("model.safetensors")
     assert (tmp_path / "out" / "checkpoints" / LAST_CHECKPOINT).is_file()
+    # a command-line override is validated with the config it changes
+    (tmp_path / "odd.yaml").write_text("model: {encoder: minilm, hidden_dim: 30, num_heads: 4}\n")
+    bad = argv[:-4] + ["--epochs", "1", "--config", str(tmp_path / "odd.yaml"), "--encoder", "scratch"]
+    assert cli_main(bad) == 2
+    assert "multiple of num_heads" in capsys.readouterr().err
     # --resume continues from the checkpoint to a longer run
     assert cli_main(argv[:-4] + ["--epochs", "3", "--config", str(tmp_path / "tiny.yaml"), "--resume"]) == 0
     summary = json.loads((tmp_path / "out" / "train_result.json").read_text())

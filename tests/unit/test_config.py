@@ -52,3 +52,13 @@ def test_missing_file_and_bad_yaml(tmp_path):
     broken.write_text("collect: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(broken)
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("collect: {seed: 1}  # café\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(latin1)
+    negative = tmp_path / "negative.yaml"
+    negative.write_text("train: {seed: -1}\n")
+    with pytest.raises(ConfigError, match="train.seed"):
+        load_config(negative)
