@@ -76,6 +76,9 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("artifact_id", "task_id", "question", "plan
 
 #: default margin of an external pair without one: a binary correct-over-incorrect judgement
 EXTERNAL_MARGIN = 1.0
+#: a quality difference this close to ``min_margin`` counts as reaching it: 0.7 - 0.6 is
+#: 0.0999... in floating point, and must be kept at min_margin=0.1 as 0.2 - 0.1 is
+MARGIN_SLACK = 1e-9
 
 
 class _Unset:
@@ -110,7 +113,10 @@ def assign_split(task_ids: Iterable[str], val_fraction: float = 0.1, test_fracti
         raise ValueError(
             f"val_fraction={val_fraction} and test_fraction={test_fraction} must be >= 0 and sum below 1"
         )
-    codes, uniques = pd.factorize(pd.Series(list(task_ids) if not isinstance(task_ids, pd.Series) else task_ids, dtype=object).astype(str))
+    ids = pd.Series(list(task_ids) if not isinstance(task_ids, pd.Series) else task_ids, dtype=object)
+    if ids.isna().any():
+        raise TraceSchemaError(f"task ids are missing in rows {', '.join(map(str, np.flatnonzero(ids.isna())[:5]))}; every pair needs its task's id")
+    codes, uniques = pd.factorize(ids.astype(str))
     u = np.fromiter((_unit_hash(t) for t in uniques), dtype=np.float64, count=len(uniques))
     labels = np.where(u < test_fraction, "test", np.where(u < test_fraction + val_fraction, "val", "train"))
     return labels.astype(object)[codes] if len(codes) else np.array([], dtype=object)
@@ -400,6 +406,15 @@ class PairwiseComparator:
         if nulls:
             shown = "; ".join(f"'{c}' in rows {', '.join(map(str, np.flatnonzero(df[c].isna())[:5]))}" for c in nulls)
             raise TraceSchemaError(f"artifact table has nulls where pairs need values: {shown}")
+        final = df["is_final"]
+        not_bool = [] if pd.api.types.is_bool_dtype(final) else np.flatnonzero(
+            ~final.map(lambda v: isinstance(v, bool | np.bool_) or v in (0, 1)).to_numpy(dtype=bool)
+        )
+        if len(not_bool):  # a text "false" would read as True
+            raise TraceSchemaError(
+                f"column 'is_final' must be boolean; rows {', '.join(map(str, not_bool[:5]))} hold "
+                f"{df['is_final'].iat[not_bool[0]]!r}"
+            )
         quality = _quality(df, self.quality_fn)
         tokens = _tokens(df)
         art = _Artifacts.build(df, quality, tokens)
@@ -427,7 +442,7 @@ class PairwiseComparator:
         if self._enabled("correct-over-incorrect"):
             d = ql - qr
             cands.considered["correct-over-incorrect"] += int((~np.isnan(d)).sum())
-            keep = ~np.isnan(d) & (np.abs(d) >= cfg.min_margin) & (d != 0)
+            keep = ~np.isnan(d) & (np.abs(d) >= cfg.min_margin - MARGIN_SLACK) & (d != 0)
             win = d[keep] > 0
             a, b = left[keep], right[keep]
             cw, cl = np.where(win, a, b), np.where(win, b, a)
@@ -451,9 +466,9 @@ class PairwiseComparator:
             cl = np.where(l_over_r, right, left)[one_way]
             q_spec, q_base = g.quality[cw], g.quality[cl]
             observed = ~np.isnan(q_spec) & ~np.isnan(q_base)
-            contradicted = observed & (q_base - q_spec >= max(cfg.min_margin, 1e-12))
+            contradicted = observed & (q_base - q_spec >= max(cfg.min_margin - MARGIN_SLACK, 1e-12))
             # the same pair measured as correct-over-incorrect would win the dedup anyway
-            confirmed = observed & (q_spec - q_base >= max(cfg.min_margin, 1e-12)) & self._enabled("correct-over-incorrect")
+            confirmed = observed & (q_spec - q_base >= max(cfg.min_margin - MARGIN_SLACK, 1e-12)) & self._enabled("correct-over-incorrect")
             keep = ~contradicted & ~confirmed
             cw, cl = cw[keep], cl[keep]
             cands.add(
@@ -483,7 +498,7 @@ class PairwiseComparator:
         other_plan = art.plan[li] != art.plan[ri]
         cands.considered["intermediate"] += int(other_plan.sum())
         d = art.quality[li] - art.quality[ri]
-        keep = other_plan & (np.abs(d) >= cfg.min_margin) & (d != 0)
+        keep = other_plan & (np.abs(d) >= cfg.min_margin - MARGIN_SLACK) & (d != 0)
         li, ri, d = li[keep], ri[keep], d[keep]
         win = d > 0
         cw, cl = np.where(win, li, ri), np.where(win, ri, li)

@@ -12,7 +12,14 @@ import pytest
 
 from orchrm.config import PairsConfig
 from orchrm.errors import TraceSchemaError
-from orchrm.pairs import PairwiseComparator, assign_split, build_pairs, build_pairs_file, read_pairs
+from orchrm.pairs import (
+    MARGIN_SLACK,
+    PairwiseComparator,
+    assign_split,
+    build_pairs,
+    build_pairs_file,
+    read_pairs,
+)
 from orchrm.plans import Plan
 from orchrm.traces import PAIR_COLUMNS, artifacts_frame, read_table, write_table
 from tests.fixtures.tables import PLANS, execution_rows, make_artifacts
@@ -97,7 +104,22 @@ def test_ties_below_min_margin_are_dropped(min_margin):
     pairs = build_pairs(make_artifacts(10, 5, seed=1), PairsConfig(min_margin=min_margin, max_pairs_per_task=None))
     observed = pairs[pairs["source"] != "specialized-over-base"]
     assert len(observed) > 0
-    assert (observed["margin"] >= min_margin).all() and (observed["margin"] > 0).all()
+    assert (observed["margin"] >= min_margin - MARGIN_SLACK).all() and (observed["margin"] > 0).all()
+
+
+@pytest.mark.parametrize(("high", "low"), [(0.2, 0.1), (0.4, 0.3), (0.7, 0.6), (1.0, 0.9)])
+def test_a_gap_of_exactly_min_margin_is_kept_whatever_the_floating_point(high, low):
+    # 0.7 - 0.6 is 0.0999... in binary floating point, 0.2 - 0.1 is 0.1
+    artifacts = table(run(COT_SMALL, {"a1": high}), run(COT_LARGE, {"a1": low}, run_id="r2"))
+    pairs = PairwiseComparator(granularity="plan", sources=["correct-over-incorrect"], min_margin=0.1).build_pairs(artifacts)
+    assert len(pairs) == 1 and pairs["margin"].iloc[0] == pytest.approx(0.1)
+
+
+def test_is_final_must_be_boolean_not_text():
+    artifacts = table(run(COT_SMALL, {"a1": 1.0}), run(COT_LARGE, {"a1": 0.0}, run_id="r2"))
+    artifacts["is_final"] = artifacts["is_final"].map({True: "true", False: "false"})  # "false" is truthy
+    with pytest.raises(TraceSchemaError, match="'is_final' must be boolean"):
+        PairwiseComparator().build_pairs(artifacts)
 
 
 # node-level: intermediate -------------------------------------------------------------------------
@@ -258,6 +280,8 @@ def test_assign_split_is_a_stable_hash_of_the_task():
     assert set(assign_split(ids, 0.0, 0.0)) == {"train"}
     with pytest.raises(ValueError, match="sum below 1"):
         assign_split(ids, 0.5, 0.5)
+    with pytest.raises(TraceSchemaError, match="task ids are missing in rows 1"):  # not the last task's split
+        assign_split(["task-1", None, "task-2"], 0.1, 0.2)
 
 
 def test_same_table_gives_the_same_pairs():
