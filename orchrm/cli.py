@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--traces", required=True, help="input traces, .jsonl or .parquet")
     p.add_argument("--out", required=True, help="output artifact table, .parquet or .jsonl")
-    p.add_argument("--run-id", default=None, help="run id to stamp on ingested rows (default: hash of the file)")
+    p.add_argument("--run-id", default=None, help="run id for rows without one (default: a hash of the traces' contents)")
 
     p = add("pairs", _cmd_pairs, "turn artifacts into win/loss pairs", "Build the pair table (TRL preference columns) from an artifact table.")
     p.add_argument("--artifacts", required=True, help="artifact table")

@@ -8,12 +8,14 @@ crash never leaves half a table behind.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from orchrm.errors import TraceSchemaError
@@ -200,12 +202,18 @@ def _as_int(series: pd.Series) -> pd.Series:
     return pd.to_numeric(series, errors="coerce")
 
 
+#: the deepest node an artifact table holds (the artifact gate's ``depth_in_range``)
+MAX_DEPTH = 32
+
+
 def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFrame:
     """Validate and normalise a user's traces into the artifact table (DESIGN §3).
 
     Required: ``task_id``, ``question``, ``content``; ``plan_text`` or ``node_id`` + ``agent``;
-    ``quality`` or ``answer`` + ``reference``. Everything else is filled: ids by stable hashes,
-    tokens by counting the text, ``cost`` = tokens, ``is_final`` = the last node of each plan,
+    ``quality`` or ``answer`` + ``reference``. Everything else is filled: ids by stable hashes (the
+    default ``run_id`` hashes the traces themselves), a row of an ``<agent>`` plan without a
+    ``node_id`` is its plan's last agent, tokens by counting the text, ``cost`` = tokens,
+    ``is_final`` = the last node of each execution (task, run, plan),
     ``quality`` from ``answer`` vs ``reference`` (numeric match for math, token F1 otherwise).
     Every problem found is reported at once, naming columns and (0-based) rows, as a
     :class:`TraceSchemaError`; nothing is returned half-normalised.
@@ -234,17 +242,43 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         bad = df.index[_blank(df[col])]
         if len(bad):
             problems.append(f"column '{col}': empty, NaN or not text in rows {_rows_text(bad)}")
+    for col in ("plan_id", "run_id", "node_id"):  # optional, but a row that has the column needs a value
+        if col in df.columns:
+            bad = df.index[df[col].isna()]
+            if len(bad):
+                problems.append(f"column '{col}': missing in rows {_rows_text(bad)} (give every row one, or drop the column)")
+    if not _blank(df["task_id"]).any() and not _blank(df["question"]).any():
+        per_task = df.groupby(df["task_id"].astype(str))["question"].nunique()
+        if (per_task > 1).any():
+            tasks = ", ".join(map(repr, per_task.index[per_task > 1][:5]))
+            problems.append(f"column 'question': tasks {tasks} have more than one question (a task has one question)")
     for col in ("prompt_tokens", "completion_tokens", "depth"):
         if col in df.columns:
             values = _as_int(df[col])
             bad = df.index[values.isna() | (values < 0) | (values % 1 != 0)]
             if len(bad):
                 problems.append(f"column '{col}': not a non-negative integer in rows {_rows_text(bad)}")
+    if "depth" in df.columns:
+        bad = df.index[_as_int(df["depth"]) > MAX_DEPTH]
+        if len(bad):
+            problems.append(f"column 'depth': above {MAX_DEPTH} in rows {_rows_text(bad)}")
     if "cost" in df.columns:
         values = pd.to_numeric(df["cost"], errors="coerce")
-        bad = df.index[values.isna() | (values < 0)]
+        bad = df.index[values.isna() | (values < 0) | ~np.isfinite(values.fillna(0))]
         if len(bad):
-            problems.append(f"column 'cost': not a non-negative number in rows {_rows_text(bad)}")
+            problems.append(f"column 'cost': not a finite non-negative number in rows {_rows_text(bad)}")
+    if "created_at" in df.columns:
+        stamps = pd.to_datetime(df["created_at"], utc=True, errors="coerce", format="ISO8601")
+        bad = df.index[stamps.isna()]
+        if len(bad):
+            problems.append(f"column 'created_at': not an ISO 8601 time in rows {_rows_text(bad)}")
+    if "parent_ids" in df.columns:
+        bad = df.index[~df["parent_ids"].map(
+            lambda v: v is None or (isinstance(v, float) and pd.isna(v)) or isinstance(v, str)
+            or (isinstance(v, list | tuple | np.ndarray) and all(isinstance(x, str) for x in v))
+        )]
+        if len(bad):
+            problems.append(f"column 'parent_ids': not a comma-separated string or a list of ids in rows {_rows_text(bad)}")
     has_ref = "answer" in df.columns and "reference" in df.columns
     if "quality" in df.columns:
         q = pd.to_numeric(df["quality"], errors="coerce")
@@ -263,19 +297,29 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         if len(bad):
             problems.append(f"column 'is_final': not a boolean in rows {_rows_text(bad)}")
     if "plan_text" in df.columns:
-        bad_plans = []
+        bad_plans, off_plan = [], []
+        node_ids = df["node_id"] if "node_id" in df.columns else pd.Series(None, index=df.index, dtype=object)
         for i, text in df["plan_text"].items():
             if not isinstance(text, str) or not text.strip():
                 bad_plans.append(i)
             elif "<agent" in text:
                 try:
-                    Plan.parse(text)
+                    parsed = Plan.parse(text)
                 except Exception:
                     bad_plans.append(i)
+                    continue
+                node = node_ids.at[i]  # without the column: the plan's last agent (its sink)
+                if "node_id" in df.columns and (not isinstance(node, str) or node not in {n.id for n in parsed.nodes}):
+                    off_plan.append(i)
         if bad_plans:
             problems.append(
                 f"column 'plan_text': empty or an invalid <agent .../> plan in rows {_rows_text(pd.Index(bad_plans))} "
                 "(check it with orchrm.plans.Plan.parse)"
+            )
+        if off_plan:
+            problems.append(
+                f"column 'node_id': rows {_rows_text(pd.Index(off_plan))} have an <agent .../> plan_text but no "
+                "node_id of one of its agents (each row is the output of one agent of its plan)"
             )
     if "artifact_id" in df.columns:
         dup = df.index[df["artifact_id"].duplicated(keep=False)]
@@ -291,16 +335,24 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     out["domain"] = df["domain"].fillna("custom").astype(str) if "domain" in df.columns else "custom"
     out["node_id"] = df["node_id"].fillna("final").astype(str) if "node_id" in df.columns else "final"
     out["agent"] = df["agent"].fillna("external").astype(str) if "agent" in df.columns else "external"
+    if "plan_text" in df.columns and "node_id" not in df.columns:  # rows of an <agent> plan: its sink's output
+        for i, text in df["plan_text"].items():
+            if "<agent" in text:
+                parsed = Plan.parse(text)
+                out.at[i, "node_id"] = parsed.sink
+                if "agent" not in df.columns:
+                    out.at[i, "agent"] = parsed.node(parsed.sink).agent
     group = df["plan_id"].astype(str) if "plan_id" in df.columns else None
+    # default run id: a hash of the traces themselves, so two different files never share ids
+    source_id = run_id or stable_id("ingest", hashlib.sha256(df.to_json(orient="split", default_handler=str).encode()).hexdigest())
+    out["run_id"] = df["run_id"].astype(str) if "run_id" in df.columns else source_id
     if "plan_text" in df.columns:
         out["plan_text"] = [Plan.parse(t).render() if "<agent" in t else t.strip() for t in df["plan_text"]]
-    else:
-        key = group if group is not None else df["task_id"].astype(str) + "\x1f" + (df["run_id"].astype(str) if "run_id" in df.columns else "")
+    else:  # one execution's steps, in order: a plan id may recur across tasks and runs
+        key = out["task_id"] + "\x1f" + out["run_id"] + "\x1f" + (group if group is not None else "")
         steps = (out["node_id"] + ": " + out["agent"]).groupby(key).transform(lambda s: "\n".join(s))
         out["plan_text"] = steps
     out["plan_id"] = group if group is not None else out["plan_text"].map(lambda t: stable_id(t))
-    source_id = run_id or stable_id("ingest", len(df), *df["task_id"].astype(str).head(50))
-    out["run_id"] = df["run_id"].astype(str) if "run_id" in df.columns else source_id
     out["orchestrator"] = df["orchestrator"].fillna("external").astype(str) if "orchestrator" in df.columns else "external"
     out["depth"] = _as_int(df["depth"]).astype("int64") if "depth" in df.columns else 0
     if "parent_ids" in df.columns:
@@ -316,7 +368,7 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     if "is_final" in df.columns:
         out["is_final"] = df["is_final"].astype(bool)
     else:
-        last = out.groupby(["task_id", "plan_id"], sort=False).cumcount(ascending=False) == 0
+        last = out.groupby(["task_id", "run_id", "plan_id"], sort=False).cumcount(ascending=False) == 0
         out["is_final"] = last
     quality = pd.to_numeric(df["quality"], errors="coerce") if "quality" in df.columns else pd.Series(float("nan"), index=df.index)
     if has_ref:
@@ -325,7 +377,9 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
             scorer = numeric_match if out.at[i, "domain"] == "math" else token_f1
             quality.at[i] = scorer(out.at[i, "answer"], str(df.at[i, "reference"]))
     out["quality"] = quality.astype("float64")
-    out["created_at"] = pd.to_datetime(df["created_at"], utc=True) if "created_at" in df.columns else pd.Timestamp.now(tz="UTC")
+    out["created_at"] = (
+        pd.to_datetime(df["created_at"], utc=True, format="ISO8601") if "created_at" in df.columns else pd.Timestamp.now(tz="UTC")
+    )
     if "artifact_id" in df.columns:
         out["artifact_id"] = df["artifact_id"].astype(str)
     else:

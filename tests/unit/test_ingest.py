@@ -47,9 +47,35 @@ def test_given_quality_and_tokens_are_kept():
 
 
 def test_orchrm_plan_text_is_parsed_and_canonicalised():
-    df = _traces().assign(plan_text="<agent model='small' type='CoT' id='a1'/>")
+    df = _traces().assign(plan_text="<agent model='small' type='CoT' id='a1'/>", node_id="a1")
     out = ingest_traces(df)
     assert set(out.plan_text) == {'<agent id="a1" type="CoT" model="small"/>'}
+
+
+def test_rows_of_an_agent_plan_name_one_of_its_agents():
+    plan = '<agent id="a1" type="CoT" model="small"/>\n<agent id="a2" type="Reflexion" model="small" iterations="1"/>\n<edge from="a1" to="a2"/>'
+    # without node ids, each row is the plan's last agent's output
+    out = ingest_traces(_traces().drop(columns=["node_id", "agent"]).assign(plan_text=plan))
+    assert set(out.node_id) == {"a2"} and set(out.agent) == {"Reflexion"}
+    with pytest.raises(TraceSchemaError, match=r"column 'node_id': rows 0, 1, 2, 3 have an <agent"):
+        ingest_traces(_traces().assign(plan_text=plan))  # node ids of another plan (parse, solve, ...)
+
+
+def test_a_plan_id_reused_across_tasks_and_runs_keeps_each_executions_steps():
+    two_tasks = _traces().assign(plan_id=["p1", "p1", "p2", "p1"], node_id=["parse", "solve", "solve", "solve"])
+    out = ingest_traces(two_tasks)
+    assert out.plan_text.iloc[0] == "parse: parser\nsolve: solver" and out.plan_text.iloc[3] == "solve: reader"
+    # two runs of one plan: each run has its own final artifact
+    runs = pd.concat([_traces().iloc[:2].assign(run_id="r1"), _traces().iloc[:2].assign(run_id="r2")], ignore_index=True)
+    out = ingest_traces(runs)
+    assert out.groupby(["run_id", "plan_id"]).is_final.sum().eq(1).all()
+
+
+def test_two_trace_files_of_the_same_tasks_get_different_ids():
+    a = ingest_traces(_traces())
+    b = ingest_traces(_traces().assign(content=["six by seven", "42", "36", "Paris."]))
+    assert set(a.run_id).isdisjoint(b.run_id) and set(a.artifact_id).isdisjoint(b.artifact_id)
+    assert ingest_traces(_traces()).run_id.equals(a.run_id)  # and the same file the same ids
 
 
 @pytest.mark.parametrize(
@@ -66,6 +92,13 @@ def test_orchrm_plan_text_is_parsed_and_canonicalised():
         (lambda d: d.assign(quality=[0.5, 1.0, np.nan, 1.0]).drop(columns=["reference"]), r"column 'quality': NaN .* in rows 2"),
         (lambda d: d.assign(plan_text='<agent id="a1" type="Oracle"/>'), r"column 'plan_text': empty or an invalid <agent"),
         (lambda d: d.iloc[0:0], r"no rows"),
+        (lambda d: d.assign(plan_id=["p1", None, "p2", "p3"]), r"column 'plan_id': missing in rows 1"),
+        (lambda d: d.assign(run_id=[None, "r", "r", "r"]), r"column 'run_id': missing in rows 0"),
+        (lambda d: d.assign(question=["What is 6 * 7?", "What is 6 * 7? ", "What is 6 * 7?", "Capital?"]), r"tasks 't1' have more than one question"),
+        (lambda d: d.assign(depth=[0, 1, 40, 0]), r"column 'depth': above 32 in rows 2"),
+        (lambda d: d.assign(cost=[1.0, np.inf, 2.0, 3.0]), r"column 'cost': not a finite non-negative number in rows 1"),
+        (lambda d: d.assign(created_at=["2026-01-01T00:00:00Z", "yesterday", "2026-01-02", "2026-01-02T10:00"]), r"column 'created_at': not an ISO 8601 time in rows 1"),
+        (lambda d: d.assign(parent_ids=[None, "parse", 7, ["a"]]), r"column 'parent_ids': not a comma-separated string or a list of ids in rows 2"),
     ],
 )
 def test_bad_traces_are_refused_naming_rows_and_columns(change, match):
