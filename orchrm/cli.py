@@ -25,14 +25,23 @@ _TELEMETRY_OFF = {
 DOMAIN_CHOICES = ("math", "code", "multihop", "webqa", "all")
 
 
-def positive_int(text: str) -> int:
+def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def seed_int(text: str) -> int:
+    """A seed: an integer >= 0 (numpy's generators take no negative seed)."""
+    return _int_at_least(text, 0)
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -137,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domain", choices=DOMAIN_CHOICES, default="all", help="task domain (default: all)")
     p.add_argument("--tasks", type=positive_int, default=None, help="tasks per domain (default: the config's, 50)")
     p.add_argument("--plans", type=positive_int, default=None, help="candidate plans per task (default: the config's, 8)")
-    p.add_argument("--seed", type=int, default=None, help="seed for tasks, plans and the sandbox (default: the config's, 0)")
+    p.add_argument("--seed", type=seed_int, default=None, help="seed for tasks, plans and the sandbox (default: the config's, 0)")
     p.add_argument(
         "--source",
         default=None,

@@ -66,6 +66,8 @@ def test_cli_collect_takes_sizes_from_the_config_and_checks_source(tmp_path):
     assert finals["task_id"].nunique() == 2 and finals.groupby("task_id")["plan_id"].nunique().max() <= 3
     proc = subprocess.run([*argv, "--source", "math:builtin,webqa"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "DOMAIN:NAME" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([*argv, "--seed", "-1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "must be at least 0, got -1" in proc.stderr
 
 
 def test_collection_is_deterministic_whatever_the_workers():
