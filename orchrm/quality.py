@@ -24,7 +24,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+#: a sign counts only where no digit comes right before it: "10-12" is 10 and 12, not 10 and -12
+_NUMBER = re.compile(r"(?<![\d.])-?\d[\d,]*(?:\.\d+)?|(?<![\d.])-?\.\d+")
+#: minus signs other than the ASCII hyphen: the Unicode minus (typeset and LaTeX-rendered output)
+_MINUS = str.maketrans({"\u2212": "-"})
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
 
@@ -37,7 +40,7 @@ def parse_number(text: str | None) -> float | None:
     """The last number in ``text`` (commas, $ and trailing .0 tolerated), or None."""
     if text is None:
         return None
-    found = _NUMBER.findall(str(text))
+    found = _NUMBER.findall(str(text).translate(_MINUS))
     if not found:
         return None
     try:

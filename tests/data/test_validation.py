@@ -97,6 +97,11 @@ ARTIFACT_CASES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "content_not_null": _set("content", None),
     "content_not_blank": _set("content", " \n\t"),
     "content_length_bounded": _set("content", "x" * 100_001),
+    "prompt_tokens_not_null": _set("prompt_tokens", np.nan),  # range checks skip nulls
+    "completion_tokens_not_null": _set("completion_tokens", None),
+    "cost_not_null": _set("cost", np.nan),
+    "depth_not_null": _set("depth", np.nan),
+    "is_final_not_null": _set("is_final", None),
     "prompt_tokens_nonnegative": _set("prompt_tokens", -1),
     "completion_tokens_nonnegative": _set("completion_tokens", -3),
     "prompt_tokens_bounded": _set("prompt_tokens", 10**6),
@@ -201,6 +206,11 @@ def test_expectation_fires_on_bad_table_and_passes_on_good(suite, name, artifact
     (outcome,) = run_expectations(suite, CASES[suite][name](good), [name])
     assert outcome.name == name
     assert not outcome.success, f"{suite}.{name} did not fire on its bad table"
+
+
+def test_an_infinite_cost_is_not_a_cost(artifacts):
+    (outcome,) = run_expectations("artifacts", _set("cost", np.inf)(artifacts), ["cost_nonnegative"])
+    assert not outcome.success
 
 
 # the gate -------------------------------------------------------------------------------------------
