@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from torch import Tensor, nn
 
 from orchrm import encoders
-from orchrm.config import ModelConfig
+from orchrm.config import ModelConfig, with_overrides
 from orchrm.encoders import SpecialIds, TokenBatch
 from orchrm.errors import ConfigError, ModelFileError
 from orchrm.traces import atomic_write_bytes
@@ -110,13 +110,7 @@ def _seeded(seed: int):
 
 
 def _model_config(config: ModelConfig | None, fields: dict[str, Any]) -> ModelConfig:
-    if config is not None and not fields:
-        return config
-    try:
-        return ModelConfig(**({**config.model_dump(), **fields} if config is not None else fields))
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'model'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid BradleyTerryModel arguments: {problems}") from None
+    return with_overrides(ModelConfig() if config is None else config, fields, origin="the BradleyTerryModel arguments")
 
 
 class BradleyTerryModel(nn.Module):

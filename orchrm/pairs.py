@@ -57,7 +57,7 @@ from pydantic import ValidationError
 from orchrm.config import PairsConfig, _format_errors
 from orchrm.errors import ConfigError, PlanError, TraceSchemaError
 from orchrm.plans import Plan
-from orchrm.traces import PAIR_COLUMNS, read_table, write_table
+from orchrm.traces import PAIR_COLUMNS, non_boolean_rows, read_table, write_table
 
 logger = logging.getLogger(__name__)
 
@@ -406,14 +406,11 @@ class PairwiseComparator:
         if nulls:
             shown = "; ".join(f"'{c}' in rows {', '.join(map(str, np.flatnonzero(df[c].isna())[:5]))}" for c in nulls)
             raise TraceSchemaError(f"artifact table has nulls where pairs need values: {shown}")
-        final = df["is_final"]
-        not_bool = [] if pd.api.types.is_bool_dtype(final) else np.flatnonzero(
-            ~final.map(lambda v: isinstance(v, bool | np.bool_) or v in (0, 1)).to_numpy(dtype=bool)
-        )
+        not_bool = non_boolean_rows(df["is_final"])
         if len(not_bool):  # a text "false" would read as True
             raise TraceSchemaError(
                 f"column 'is_final' must be boolean; rows {', '.join(map(str, not_bool[:5]))} hold "
-                f"{df['is_final'].iat[not_bool[0]]!r}"
+                f"{df.at[not_bool[0], 'is_final']!r}"
             )
         quality = _quality(df, self.quality_fn)
         tokens = _tokens(df)

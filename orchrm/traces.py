@@ -169,6 +169,13 @@ _PANDAS_DTYPES = {
 }
 
 
+def non_boolean_rows(values: pd.Series) -> pd.Index:
+    """Index labels of ``values`` that are not a boolean (True/False or 1/0): a text "false" is not."""
+    if pd.api.types.is_bool_dtype(values):
+        return values.index[:0]
+    return values.index[~values.map(lambda v: isinstance(v, bool | np.bool_) or v in (0, 1)).to_numpy(dtype=bool)]
+
+
 def artifacts_frame(rows: list[dict]) -> pd.DataFrame:
     """Build an artifact table from row dicts, with the schema's column order and dtypes."""
     if not rows:
@@ -293,7 +300,7 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
                 f"column 'quality': NaN or not a number (and no answer + reference to score) in rows {_rows_text(df.index[nan_q])}"
             )
     if "is_final" in df.columns:
-        bad = df.index[~df["is_final"].map(lambda v: isinstance(v, bool) or v in (0, 1))]
+        bad = non_boolean_rows(df["is_final"])
         if len(bad):
             problems.append(f"column 'is_final': not a boolean in rows {_rows_text(bad)}")
     if "plan_text" in df.columns:
@@ -344,8 +351,10 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
                     out.at[i, "agent"] = parsed.node(parsed.sink).agent
     group = df["plan_id"].astype(str) if "plan_id" in df.columns else None
     # default run id: a hash of the traces themselves, so two different files never share ids
-    source_id = run_id or stable_id("ingest", hashlib.sha256(df.to_json(orient="split", default_handler=str).encode()).hexdigest())
-    out["run_id"] = df["run_id"].astype(str) if "run_id" in df.columns else source_id
+    if "run_id" in df.columns:
+        out["run_id"] = df["run_id"].astype(str)
+    else:
+        out["run_id"] = run_id or stable_id("ingest", hashlib.sha256(df.to_json(orient="split", default_handler=str).encode()).hexdigest())
     if "plan_text" in df.columns:
         out["plan_text"] = [Plan.parse(t).render() if "<agent" in t else t.strip() for t in df["plan_text"]]
     else:  # one execution's steps, in order: a plan id may recur across tasks and runs
