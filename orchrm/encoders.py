@@ -242,6 +242,20 @@ def supports_shared_prompt(encoder: nn.Module) -> bool:
     )
 
 
+def usable_positions(encoder: nn.Module) -> int | None:
+    """How many tokens one sequence of ``encoder`` may hold (None: no position table).
+
+    ``max_position_embeddings``, less the rows that RoBERTa-family embeddings (RoBERTa, XLM-R,
+    CamemBERT, MPNet, ...) never use: they number a sequence's positions from ``padding_idx + 1``,
+    so a 514-row table holds 512 tokens. BERT's embeddings have no ``padding_idx`` and start at 0.
+    """
+    positions = getattr(getattr(encoder, "config", None), "max_position_embeddings", None)
+    if positions is None:
+        return None
+    offset = getattr(getattr(encoder, "embeddings", None), "padding_idx", None)
+    return positions - (offset + 1) if isinstance(offset, int) else positions
+
+
 # --------------------------------------------------------------------------------------------
 # packing
 

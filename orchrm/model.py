@@ -159,9 +159,12 @@ class BradleyTerryModel(nn.Module):
                 "'shared_prompt' needs a BERT-family encoder"
             )
         width = encoder.config.hidden_size
-        positions = getattr(encoder.config, "max_position_embeddings", None)
+        positions = encoders.usable_positions(encoder)
         if positions is not None and cfg.max_length > positions:
-            raise ConfigError(f"max_length={cfg.max_length} exceeds the encoder's {positions} positions; lower max_length")
+            raise ConfigError(
+                f"max_length={cfg.max_length} exceeds the {positions} tokens a sequence of this encoder may hold "
+                f"(its position table); lower max_length to at most {positions}"
+            )
         layers = getattr(encoder.config, "num_hidden_layers", 0)
         if cfg.train_layers is not None and cfg.train_layers > layers:
             raise ConfigError(f"train_layers={cfg.train_layers} but the encoder has only {layers} layers")

@@ -57,7 +57,7 @@ from pydantic import ValidationError
 from orchrm.config import PairsConfig, _format_errors
 from orchrm.errors import ConfigError, PlanError, TraceSchemaError
 from orchrm.plans import Plan
-from orchrm.traces import PAIR_COLUMNS, non_boolean_rows, read_table, write_table
+from orchrm.traces import PAIR_COLUMNS, non_boolean_rows, read_table, task_problems, write_table
 
 logger = logging.getLogger(__name__)
 
@@ -406,6 +406,9 @@ class PairwiseComparator:
         if nulls:
             shown = "; ".join(f"'{c}' in rows {', '.join(map(str, np.flatnonzero(df[c].isna())[:5]))}" for c in nulls)
             raise TraceSchemaError(f"artifact table has nulls where pairs need values: {shown}")
+        problems = task_problems(df)
+        if problems:
+            raise TraceSchemaError("artifact table rejected, no pairs built:\n  " + "\n  ".join(problems))
         not_bool = non_boolean_rows(df["is_final"])
         if len(not_bool):  # a text "false" would read as True
             raise TraceSchemaError(

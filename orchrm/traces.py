@@ -205,6 +205,42 @@ def _blank(series: pd.Series) -> pd.Series:
     return series.map(lambda v: not isinstance(v, str) or not v.strip())
 
 
+def _blank_factorized(series: pd.Series) -> tuple[np.ndarray, np.ndarray, pd.Index | np.ndarray]:
+    """(blank per row as :func:`_blank` says, codes, distinct values): each distinct value looked at once."""
+    try:
+        codes, values = pd.factorize(series)
+    except TypeError:  # unhashable cells (lists, dicts): not text anyway
+        codes, values = np.arange(len(series)), series.to_numpy(dtype=object)
+    blank = np.append(_blank(pd.Series(values, dtype=object)).to_numpy(dtype=bool), True)[codes]  # code -1: NaN
+    return blank, codes, values
+
+
+def task_problems(df: pd.DataFrame) -> list[str]:
+    """What breaks the link between rows, their task and their ids, as messages (none: fine).
+
+    A blank question (it is the prompt of every pair of its task), two questions under one
+    ``task_id``, an ``artifact_id`` on two rows (pairs point back to artifacts by id; checked
+    only where the table has the column). Ingest and the pair builder both refuse these.
+    """
+    problems = []
+    blank, questions, distinct = _blank_factorized(df["question"])
+    if blank.any():
+        problems.append(f"column 'question': empty, NaN or not text in rows {_rows_text(df.index[blank])}")
+    else:
+        blank_task, tasks, names = _blank_factorized(df["task_id"])
+        if not blank_task.any():  # (a blank task id is its own problem)
+            task_question = np.unique(tasks.astype(np.int64) * len(distinct) + questions)
+            task_of = task_question // len(distinct)
+            several = np.unique(task_of[1:][task_of[1:] == task_of[:-1]])
+            if len(several):
+                shown = ", ".join(repr(str(names[i])) for i in several[:5])
+                problems.append(f"column 'question': tasks {shown} have more than one question (a task has one question)")
+    if "artifact_id" in df.columns and len(df["artifact_id"].unique()) < len(df):
+        dup = df.index[df["artifact_id"].duplicated(keep=False)]
+        problems.append(f"column 'artifact_id': duplicate ids in rows {_rows_text(dup)}")
+    return problems
+
+
 def _as_int(series: pd.Series) -> pd.Series:
     return pd.to_numeric(series, errors="coerce")
 
@@ -245,20 +281,16 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         raise TraceSchemaError(
             f"traces lack required column(s): {', '.join(missing)}; present: {', '.join(map(str, df.columns))}"
         )
-    for col in ("task_id", "question", "content"):
+    for col in ("task_id", "content"):
         bad = df.index[_blank(df[col])]
         if len(bad):
             problems.append(f"column '{col}': empty, NaN or not text in rows {_rows_text(bad)}")
-    for col in ("plan_id", "run_id", "node_id"):  # optional, but a row that has the column needs a value
+    problems += task_problems(df)
+    for col in ("plan_id", "run_id", "node_id", "artifact_id"):  # optional, but a row that has the column needs a value
         if col in df.columns:
             bad = df.index[df[col].isna()]
             if len(bad):
                 problems.append(f"column '{col}': missing in rows {_rows_text(bad)} (give every row one, or drop the column)")
-    if not _blank(df["task_id"]).any() and not _blank(df["question"]).any():
-        per_task = df.groupby(df["task_id"].astype(str))["question"].nunique()
-        if (per_task > 1).any():
-            tasks = ", ".join(map(repr, per_task.index[per_task > 1][:5]))
-            problems.append(f"column 'question': tasks {tasks} have more than one question (a task has one question)")
     for col in ("prompt_tokens", "completion_tokens", "depth"):
         if col in df.columns:
             values = _as_int(df[col])
@@ -328,10 +360,6 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
                 f"column 'node_id': rows {_rows_text(pd.Index(off_plan))} have an <agent .../> plan_text but no "
                 "node_id of one of its agents (each row is the output of one agent of its plan)"
             )
-    if "artifact_id" in df.columns:
-        dup = df.index[df["artifact_id"].duplicated(keep=False)]
-        if len(dup):
-            problems.append(f"column 'artifact_id': duplicate ids in rows {_rows_text(dup)}")
     if problems:
         raise TraceSchemaError("traces rejected, nothing was written:\n  " + "\n  ".join(problems))
 

@@ -122,6 +122,25 @@ def test_is_final_must_be_boolean_not_text():
         PairwiseComparator().build_pairs(artifacts)
 
 
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        # chosen and rejected would both point at the one id
+        (lambda d: d.assign(artifact_id=d["artifact_id"].where(d.index != 1, d["artifact_id"].iloc[0])),
+         r"column 'artifact_id': duplicate ids in rows 0, 1"),
+        # every pair of the task would have a blank prompt
+        (lambda d: d.assign(question=" \n"), r"column 'question': empty, NaN or not text in rows 0, 1"),
+        # one of the two would silently become every pair's prompt
+        (lambda d: d.assign(question=[Q, Q + "?"]), r"tasks 't1' have more than one question"),
+    ],
+)
+def test_artifacts_that_would_make_wrong_pairs_are_refused(change, match):
+    artifacts = table(run(COT_SMALL, {"a1": 1.0}), run(COT_LARGE, {"a1": 0.0}, run_id="r2"))
+    assert len(artifacts) == 2 and len(PairwiseComparator().build_pairs(artifacts)) > 0  # unchanged: fine
+    with pytest.raises(TraceSchemaError, match=match):
+        PairwiseComparator().build_pairs(change(artifacts))
+
+
 # node-level: intermediate -------------------------------------------------------------------------
 REFLEX_A = plan(("a1", "CoT", {"model": "small"}), ("a2", "Reflexion", {"model": "small", "iterations": 2}), edges=(("a1", "a2"),))
 REFLEX_B = plan(("a1", "CoT", {"model": "small"}), ("a2", "Reflexion", {"model": "large", "iterations": 1}), edges=(("a1", "a2"),))

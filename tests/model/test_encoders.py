@@ -32,8 +32,31 @@ def test_minilm_loads_offline_with_its_own_tokenizer(minilm):
 
 
 def test_max_length_beyond_the_encoders_positions_is_refused():
-    with pytest.raises(ConfigError, match="exceeds the encoder's 512 positions"):
+    with pytest.raises(ConfigError, match="exceeds the 512 tokens a sequence of this encoder may hold"):
         BradleyTerryModel(encoder="minilm", max_length=1024)
+
+
+def test_roberta_position_offset_counts_against_max_length(task_pairs, tmp_path):
+    """RoBERTa numbers positions from padding_idx + 1: a 66-row table holds 64 tokens (pad id 1)."""
+    from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaModel
+
+    from orchrm.encoders import train_wordpiece
+
+    tok = train_wordpiece(list(task_pairs["prompt"]) + list(task_pairs["chosen"]), vocab_size=300)
+    assert tok.token_to_id("[PAD]") != 1  # RoBERTa pads with id 1: give the config the tokenizer's ids
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                            sep_token="[SEP]").save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    RobertaModel(RobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=64, max_position_embeddings=66,
+                               pad_token_id=tok.token_to_id("[PAD]"))).save_pretrained(tmp_path)
+    offset = tok.token_to_id("[PAD]") + 1
+    with pytest.raises(ConfigError, match=f"lower max_length to at most {66 - offset}"):
+        BradleyTerryModel(encoder=str(tmp_path), architecture="joint", max_length=66 - offset + 1)
+    model = BradleyTerryModel(encoder=str(tmp_path), architecture="joint", max_length=66 - offset)
+    long = " ".join(task_pairs["chosen"][:20])  # far beyond max_length: truncated to exactly max_length
+    rewards = model.score([long, "short"], [long, long])
+    assert rewards.shape == (2,) and torch.isfinite(rewards).all()
 
 
 def test_minilm_shared_prompt_matches_transformers_forward(minilm, task_pairs):

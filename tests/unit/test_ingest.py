@@ -94,6 +94,7 @@ def test_two_trace_files_of_the_same_tasks_get_different_ids():
         (lambda d: d.iloc[0:0], r"no rows"),
         (lambda d: d.assign(plan_id=["p1", None, "p2", "p3"]), r"column 'plan_id': missing in rows 1"),
         (lambda d: d.assign(run_id=[None, "r", "r", "r"]), r"column 'run_id': missing in rows 0"),
+        (lambda d: d.assign(artifact_id=["x", None, "y", "z"]), r"column 'artifact_id': missing in rows 1"),
         (lambda d: d.assign(question=["What is 6 * 7?", "What is 6 * 7? ", "What is 6 * 7?", "Capital?"]), r"tasks 't1' have more than one question"),
         (lambda d: d.assign(depth=[0, 1, 40, 0]), r"column 'depth': above 32 in rows 2"),
         (lambda d: d.assign(cost=[1.0, np.inf, 2.0, 3.0]), r"column 'cost': not a finite non-negative number in rows 1"),
