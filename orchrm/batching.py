@@ -65,11 +65,12 @@ def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> p
     df["task_id"] = (df["task_id"].where(df["task_id"].notna(), derived) if "task_id" in df.columns else derived).astype(str)
     if "margin" not in df.columns:
         df["margin"] = 0.0
-    margin = pd.to_numeric(df["margin"], errors="coerce")
-    bad = df.index[~np.isfinite(margin.to_numpy(dtype=float)) | (margin.to_numpy(dtype=float) < 0)]
+    margin = pd.to_numeric(df["margin"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    # training computes in float32: a margin beyond its range would be infinite there
+    bad = df.index[~np.isfinite(margin) | (margin < 0) | (margin > np.finfo(np.float32).max)]
     if len(bad):
-        raise TraceSchemaError(f"column 'margin' must be a finite number >= 0; rows {list(bad[:5])} are not")
-    df["margin"] = margin.astype("float64")
+        raise TraceSchemaError(f"column 'margin' must be a finite number >= 0 (and within float32); rows {list(bad[:5])} are not")
+    df["margin"] = margin
     if "split" in df.columns:
         bad = df.index[~df["split"].isin(SPLITS)]
         if len(bad):
@@ -94,14 +95,15 @@ def split_pairs(df: pd.DataFrame, *, val_fraction: float, seed: int) -> tuple[pd
     Without ``val`` rows, a seeded ``val_fraction`` of the training *tasks* is held out (at least
     one task when there are two or more, none when there is one). ``test`` rows are never used,
     except when no row is ``train``: a few pairs of one or two tasks (DESIGN §12) may all hash to
-    ``val`` or ``test``, and then every row trains, with a warning.
+    ``val`` or ``test``, and then every row counts as a training row, with a warning (and a
+    ``val_fraction`` of its tasks is held out as above).
     """
     train = df[df["split"] == "train"]
     val = df[df["split"] == "val"]
     if len(train) == 0:
         logging.getLogger("orchrm.train").warning(
-            "no pairs with split == 'train' (splits present: %s); training on all %d pairs",
-            sorted(df["split"].unique()), len(df),
+            "no pairs with split == 'train' (splits present: %s); all %d pairs count as training pairs%s",
+            sorted(df["split"].unique()), len(df), f", less the val_fraction={val_fraction} of their tasks held out" if val_fraction > 0 else "",
         )
         train, val = df, df.iloc[:0]
     if len(val) == 0 and val_fraction > 0:

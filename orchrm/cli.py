@@ -110,7 +110,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model_cfg = with_overrides(cfg.model, overrides)
     train_over = {k: v for k, v in {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr}.items() if v is not None}
     train_cfg = with_overrides(cfg.train, train_over)
-    result = train_from_file(args.pairs, args.out, model_config=model_cfg, train_config=train_cfg, resume=args.resume)
+    result = train_from_file(
+        args.pairs, args.out, model_config=model_cfg, train_config=train_cfg, resume=args.resume, overwrite=args.overwrite
+    )
     print(result)
     return 0
 
@@ -193,7 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=positive_int, default=None, help="epochs (default: from config, 10)")
     p.add_argument("--batch-size", type=positive_int, default=None, help="tasks' pairs per step (default: from config, 32)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: from config)")
-    p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
+    earlier = p.add_mutually_exclusive_group()
+    earlier.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
+    earlier.add_argument("--overwrite", action="store_true", help="replace the model and checkpoints already in --out (default: refuse)")
     p.add_argument("--config", default=None, help="YAML config (model: and train: sections)")
 
     p = add("demo", _cmd_demo, "run the pipeline on embedded defaults", "Run the whole pipeline on the sandbox and print what happened.")
@@ -213,6 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except FileNotFoundError as exc:
         print(f"orchrm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the system refused a read or write the checks above could not foresee
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"orchrm {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         checkpoint = None

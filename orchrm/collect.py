@@ -22,11 +22,12 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from orchrm.agents.sandbox.noise import NoiseConfig
+from orchrm.errors import TaskError
 from orchrm.executor import MultiAgentExecutor
 from orchrm.orchestrators import get_sampler
 from orchrm.plans import Plan
-from orchrm.tasks.base import Task, load_tasks, stable_id
-from orchrm.traces import artifacts_frame, write_table
+from orchrm.tasks.base import Task, load_tasks, sources, stable_id
+from orchrm.traces import artifacts_frame, check_output_table, write_table
 
 
 def allocate(n: int, shares: Mapping[str, float]) -> dict[str, int]:
@@ -100,7 +101,16 @@ def run_tasks(
 
 
 def load_domain_tasks(domains: Sequence[str], n: int, seed: int, source: str | Mapping[str, str] | None) -> list[Task]:
-    """Tasks of every domain. ``source``: one name for all, or ``{domain: name}``."""
+    """Tasks of every domain. ``source``: one name for all, or ``{domain: name}`` (domains not
+    collected now may be named too; a name that is no domain with task sources is refused)."""
+    if isinstance(source, Mapping):
+        known = {d for d, _ in sources()}
+        unknown = sorted(set(source) - known)
+        if unknown:
+            raise TaskError(
+                f"task sources given for unknown domain(s) {', '.join(map(repr, unknown))}; domains with task "
+                f"sources: {', '.join(sorted(known))}"
+            )
     tasks: list[Task] = []
     for d in domains:
         src = source.get(d, "builtin") if isinstance(source, Mapping) else (source or "builtin")
@@ -166,7 +176,9 @@ def collect(
 
 
 def collect_to_file(out: str | os.PathLike, **kwargs) -> pd.DataFrame:
-    """:func:`collect`, then write the table atomically to ``out`` (.parquet or .jsonl)."""
+    """:func:`collect`, then write the table atomically to ``out`` (.parquet or .jsonl); a path
+    that cannot be written is refused before collecting."""
+    check_output_table(out)
     df = collect(**kwargs)
     write_table(df, Path(out))
     return df

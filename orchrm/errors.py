@@ -33,3 +33,8 @@ class ModelFileError(OrchRMError, ValueError):
 
 class TrainingError(OrchRMError, RuntimeError):
     """Training cannot continue (for example a NaN loss); the last good checkpoint is kept."""
+
+
+class OutputPathError(OrchRMError, ValueError):
+    """An output cannot be written where it was asked for (a file where a folder must be, no
+    permission, the command's own input); names the path and the fix."""

@@ -382,10 +382,14 @@ class BradleyTerryModel(nn.Module):
         reader = ModelFile(path)
         with _seeded(reader.model_config.seed):  # its random initialisation is overwritten by the weights
             encoder = encoders.encoder_from_config(reader.json("encoder_config"))
+        ids = reader.json("special_ids")
         try:
-            special = SpecialIds(**reader.json("special_ids"))
+            special = SpecialIds(**ids)
         except TypeError as exc:
             raise ModelFileError(f"{reader.path}: metadata 'special_ids' is damaged ({exc})") from None
+        vocab = getattr(encoder.config, "vocab_size", None)
+        if not all(type(v) is int and 0 <= v < (vocab or v + 1) for v in ids.values()):
+            raise ModelFileError(f"{reader.path}: metadata 'special_ids' is damaged ({ids}: not token ids); re-save the model")
         model = cls._assemble(reader.model_config, encoder, reader.tokenizer(), special, lr=reader.number("lr"))
         model.load_weights(reader)
         return model.to(device).eval()
@@ -503,11 +507,15 @@ class ModelFile:
             raise ModelFileError(f"{self.path}: metadata {key!r} is damaged ({self.metadata.get(key)!r}); re-save the model")
         return value
 
-    def json(self, key: str) -> Any:
+    def json(self, key: str) -> dict[str, Any]:
+        """A JSON object of the metadata, or :class:`ModelFileError`."""
         try:
-            return json.loads(self.metadata[key])
+            value = json.loads(self.metadata[key])
         except (KeyError, json.JSONDecodeError) as exc:
             raise ModelFileError(f"{self.path}: metadata {key!r} is damaged ({exc})") from None
+        if not isinstance(value, dict):
+            raise ModelFileError(f"{self.path}: metadata {key!r} is damaged (a JSON {type(value).__name__}, not an object); re-save the model")
+        return value
 
     def tokenizer(self):
         try:

@@ -57,7 +57,14 @@ from pydantic import ValidationError
 from orchrm.config import PairsConfig, _format_errors
 from orchrm.errors import ConfigError, PlanError, TraceSchemaError
 from orchrm.plans import Plan
-from orchrm.traces import PAIR_COLUMNS, non_boolean_rows, read_table, task_problems, write_table
+from orchrm.traces import (
+    PAIR_COLUMNS,
+    check_output_table,
+    non_boolean_rows,
+    read_table,
+    task_problems,
+    write_table,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -857,8 +864,13 @@ def build_pairs(artifacts: Any, config: PairsConfig | None = None, quality_fn: Q
 
 def build_pairs_file(artifacts_path: str | os.PathLike, out_path: str | os.PathLike, config: PairsConfig | None = None) -> pd.DataFrame:
     """Read an artifact table, build its pairs and write them atomically (Parquet or JSONL);
-    returns the pair table. Used by ``orchrm pairs``."""
-    pairs = build_pairs(read_table(artifacts_path), config=config)
+    returns the pair table. Used by ``orchrm pairs``. An artifact table without rows, or an output
+    that cannot be written (the input itself, say), is refused before any work."""
+    check_output_table(out_path, inputs=[artifacts_path])
+    artifacts = read_table(artifacts_path)
+    if artifacts.empty:
+        raise TraceSchemaError(f"artifact table {artifacts_path} has no rows: collect or ingest artifacts first")
+    pairs = build_pairs(artifacts, config=config)
     if pairs.empty:
         logger.warning("no pairs: no task has two comparable artifacts whose quality differs by min_margin")
     write_table(pairs, out_path)

@@ -12,13 +12,13 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from orchrm.errors import TraceSchemaError
+from orchrm.errors import OutputPathError, TraceSchemaError
 
 #: Artifact table: column -> (dtype family, meaning). One row per intermediate or final output.
 ARTIFACT_SCHEMA: Mapping[str, tuple[str, str]] = {
@@ -89,16 +89,20 @@ def atomic_write_bytes(path: str | os.PathLike, write) -> Path:
 
     The file gets the permissions of the file it replaces, or those ``open()`` would give a new
     one (not the owner-only mode of the temporary file), so a model or table shared with a team
-    stays readable to it.
+    stays readable to it. A write the system refuses (no permission, a file where a folder must
+    be, a full disk) raises :class:`OutputPathError` naming the path; the old file stays.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _cannot_write(target, exc) from exc
+    os.close(fd)
     try:
         mode = target.stat().st_mode & 0o7777
-    except FileNotFoundError:
+    except OSError:
         mode = _NEW_FILE_MODE
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
     try:
         write(tmp)
         with open(tmp, "rb+") as fh:
@@ -106,22 +110,77 @@ def atomic_write_bytes(path: str | os.PathLike, write) -> Path:
         os.chmod(tmp, mode)
         os.replace(tmp, target)
         _fsync_dir(target.parent)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _cannot_write(target, exc) from exc
         raise
     return target
+
+
+def _cannot_write(target: Path, exc: OSError) -> OutputPathError:
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(target) else ""
+    return OutputPathError(f"cannot write {target}: {exc.strerror or exc}{where}; choose another path")
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why files could not be written in ``folder`` (made where missing), or None."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"no permission to write in {existing}"
+    return None
+
+
+def check_output_dir(path: str | os.PathLike) -> Path:
+    """Fail now, before any work, where ``path`` cannot be a folder to write in: it is a file, a
+    file stands where one of its parents must be, or the nearest existing parent is not
+    writable. Creates nothing."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise OutputPathError(f"output folder {target} is a file; give a folder (new or existing)")
+    problem = _folder_problem(target)
+    if problem:
+        raise OutputPathError(f"cannot write in {target}: {problem}; choose another path")
+    return target
+
+
+def check_output_table(path: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = ()) -> Path:
+    """Fail now, before any work, where :func:`write_table` could not write ``path``: a file name
+    that is not .parquet or .jsonl, a folder in its place, a parent that cannot be written, or one
+    of the command's ``inputs`` (which the write would replace)."""
+    target = Path(path)
+    if target.is_dir():
+        raise OutputPathError(f"{target} is a folder; give a file name ending in .parquet or .jsonl")
+    _table_format(target)
+    problem = _folder_problem(target.parent)
+    if problem:
+        raise OutputPathError(f"cannot write {target}: {problem}; choose another path")
+    for source in inputs:
+        if target.exists() and Path(source).exists() and os.path.samefile(source, target):
+            raise OutputPathError(f"{target} is also the input {source}; writing it would replace the input: choose another output file")
+    return target
+
+
+def _table_format(target: Path) -> str:
+    if target.suffix == ".jsonl":
+        return "jsonl"
+    if target.suffix in (".parquet", ".pq"):
+        return "parquet"
+    raise TraceSchemaError(f"cannot write {target.name}: use a .parquet or .jsonl file name")
 
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write ``df`` atomically as Parquet (``.parquet``) or JSON Lines (``.jsonl``)."""
     target = Path(path)
-    if target.suffix == ".jsonl":
+    if _table_format(target) == "jsonl":
         return atomic_write_bytes(
             target, lambda tmp: df.to_json(tmp, orient="records", lines=True, date_format="iso", force_ascii=False)
         )
-    if target.suffix not in (".parquet", ".pq"):
-        raise TraceSchemaError(f"cannot write {target.name}: use a .parquet or .jsonl file name")
     return atomic_write_bytes(target, lambda tmp: df.to_parquet(tmp, index=False))
 
 
@@ -130,6 +189,8 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     source = Path(path)
     if not source.exists():
         raise FileNotFoundError(f"{source}: no such file")
+    if source.is_dir():
+        raise TraceSchemaError(f"{source} is a folder; give a table file (.parquet or .jsonl)")
     try:
         if source.suffix in (".jsonl", ".json", ".ndjson"):
             rows = []
@@ -149,7 +210,11 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     except TraceSchemaError:
         raise
     except Exception as exc:  # pyarrow raises many types for a damaged file
-        raise TraceSchemaError(f"{source}: cannot be read as a table ({type(exc).__name__}: {exc})") from None
+        hint = "" if source.suffix in (".parquet", ".pq") else (
+            " (read as Parquet, the format of any name not ending in .jsonl; CSV is not read: convert it "
+            "to Parquet or JSON Lines)"
+        )
+        raise TraceSchemaError(f"{source}: cannot be read as a table ({type(exc).__name__}: {exc}){hint}") from None
 
 
 def empty_artifacts() -> pd.DataFrame:
@@ -433,6 +498,7 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
 def ingest_file(traces: str | os.PathLike, out: str | os.PathLike, *, run_id: str | None = None) -> pd.DataFrame:
     """Read ``traces`` (JSONL or Parquet), normalise with :func:`ingest_traces`, write ``out``
     atomically. On any error nothing is written."""
+    check_output_table(out, inputs=[traces])
     df = ingest_traces(read_table(traces), run_id=run_id)
     write_table(df, out)
     return df

@@ -42,9 +42,9 @@ from torch import Tensor, nn
 from orchrm.batching import PairIndex, data_hash, pair_frame, split_pairs, step_inputs, task_batches
 from orchrm.config import ModelConfig, TrainConfig
 from orchrm.encoders import tokenizer_from_json
-from orchrm.errors import ConfigError, TrainingError
+from orchrm.errors import ConfigError, ModelFileError, TrainingError
 from orchrm.model import MODEL_FILE, BradleyTerryModel, ModelFile, bt_loss
-from orchrm.traces import atomic_write_bytes
+from orchrm.traces import atomic_write_bytes, check_output_dir
 
 log = logging.getLogger("orchrm.train")
 
@@ -323,8 +323,10 @@ class Trainer:
         """Train on ``split == "train"`` pairs, validate on ``split == "val"`` (or held-out tasks).
 
         ``pairs``: a pair table (DataFrame, list of row dicts, or Parquet/JSONL path; DESIGN §3).
-        ``resume`` continues from ``checkpoint_dir/last.safetensors`` (same pairs and settings; more
-        epochs extend a run that ran all of its epochs, while one that stopped early stays stopped).
+        ``resume`` continues from ``checkpoint_dir/last.safetensors`` (same pairs, model and
+        settings; more epochs extend a run that ran all of its epochs, while one that stopped early
+        stays stopped). Without it the run starts afresh, and first removes an earlier run's
+        checkpoints from ``checkpoint_dir``.
         """
         overrides = {k: v for k, v in {"epochs": epochs, "eval_interval": eval_interval}.items() if v is not None}
         cfg = _train_config(self.config, overrides)
@@ -344,11 +346,21 @@ class Trainer:
         state = _LoopState()
         checkpoint = self._checkpoint_path(LAST_CHECKPOINT)
         if resume and checkpoint is not None and checkpoint.is_file():
-            reader = ModelFile(checkpoint)
-            model.load_weights(reader)
-            state = _LoopState.from_checkpoint(reader, fingerprint=fingerprint, cfg=cfg, world=dist.world)
-        elif resume:
-            log.warning("resume requested but no checkpoint at %s; starting from scratch", checkpoint)
+            try:
+                reader = ModelFile(checkpoint)
+                _check_same_model(reader, model)
+                model.load_weights(reader)
+                state = _LoopState.from_checkpoint(reader, fingerprint=fingerprint, cfg=cfg, world=dist.world)
+            except ModelFileError as exc:
+                raise TrainingError(
+                    f"cannot resume: {exc}. Restore the checkpoint, or start afresh (without resume; "
+                    "`orchrm train --overwrite`)"
+                ) from None
+        else:
+            if resume:
+                log.warning("resume requested but no checkpoint at %s; starting from scratch", checkpoint)
+            if dist.main:
+                self._clear_checkpoints()
         if not model.fitted:
             self._fit_tokenizer(model, train_df, dist)
         train, val = _Encoded.of(train_df, model), _Encoded.of(val_df, model)
@@ -560,6 +572,15 @@ class Trainer:
     def _checkpoint_path(self, name: str) -> Path | None:
         return None if self.checkpoint_dir is None else self.checkpoint_dir / name
 
+    def _clear_checkpoints(self) -> None:
+        """A fresh run's first step: an earlier run's checkpoints in ``checkpoint_dir`` go, so that
+        neither its best weights nor its last state can be mistaken for this run's."""
+        for name in (LAST_CHECKPOINT, BEST_CHECKPOINT):
+            path = self._checkpoint_path(name)
+            if path is not None and path.is_file():
+                log.warning("fresh run: removing the earlier run's checkpoint %s", path)
+                path.unlink()
+
     def _save_checkpoint(self, model, optimizer, schedule, state, fingerprint, cfg, dist, *, improved: bool) -> None:
         if self.checkpoint_dir is None:
             return
@@ -636,6 +657,19 @@ class Trainer:
             "best_val_accuracy": result.best_val_accuracy,
             "train_config": cfg.model_dump(mode="json") | {"lr": cfg.lr or self.model.lr},
         }
+
+
+def _check_same_model(reader: ModelFile, model: BradleyTerryModel) -> None:
+    """A resumed run continues the model of its checkpoint: every model setting the same."""
+    saved, now = reader.model_config.model_dump(mode="json"), model.config.model_dump(mode="json")
+    changed = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    if changed:
+        was = ", ".join(f"{k}={saved.get(k)!r}" for k in changed)
+        is_ = ", ".join(f"{k}={now.get(k)!r}" for k in changed)
+        raise TrainingError(
+            f"checkpoint {reader.path} is of a model with {was}, now {is_}; resume with the same model "
+            "settings, or start a new output directory"
+        )
 
 
 @dataclass
@@ -758,12 +792,25 @@ def train_from_file(
     model_config: ModelConfig,
     train_config: TrainConfig,
     resume: bool = False,
+    overwrite: bool = False,
     callbacks: Sequence[TrainCallback] = (),
     progress: bool = True,
 ) -> TrainResult:
     """``orchrm train``: fit on a pair table, write ``out_dir/model.safetensors`` and
-    ``out_dir/train_result.json`` (rank 0), checkpoints under ``out_dir/checkpoints``."""
-    out = Path(out_dir)
+    ``out_dir/train_result.json`` (rank 0), checkpoints under ``out_dir/checkpoints``.
+
+    A folder that already holds a model or a checkpoint is continued (``resume``) or replaced
+    (``overwrite``), never replaced unasked; an output that cannot be written is refused before
+    any training.
+    """
+    out = check_output_dir(out_dir)
+    if not resume and not overwrite:
+        earlier = [p for p in (out / MODEL_FILE, out / "checkpoints" / LAST_CHECKPOINT) if p.is_file()]
+        if earlier:
+            raise ConfigError(
+                f"{out} already holds a trained model ({earlier[0]}): continue its run with --resume, replace "
+                "it with --overwrite, or choose another --out"
+            )
     result = fit(
         pairs_path,
         model_config,

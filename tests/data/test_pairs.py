@@ -425,3 +425,21 @@ def test_cli_pairs(tmp_path, capsys):
 
     assert main(["pairs", "--artifacts", str(tmp_path / "nope.parquet"), "--out", str(out)]) == 2
     assert "nope.parquet" in capsys.readouterr().err
+
+
+def test_cli_pairs_refuses_to_replace_its_input_or_to_read_an_empty_table(tmp_path, capsys):
+    from orchrm.cli import main
+
+    source = tmp_path / "a.parquet"
+    write_table(make_artifacts(5, 4, seed=6), source)
+    before = source.read_bytes()
+    assert main(["pairs", "--artifacts", str(source), "--out", str(tmp_path / "." / "a.parquet")]) == 2
+    assert "is also the input" in capsys.readouterr().err and source.read_bytes() == before
+    write_table(make_artifacts(5, 4, seed=6).iloc[:0], tmp_path / "empty.parquet")
+    assert main(["pairs", "--artifacts", str(tmp_path / "empty.parquet"), "--out", str(tmp_path / "p.parquet")]) == 2
+    assert "has no rows: collect or ingest artifacts first" in capsys.readouterr().err
+    assert not (tmp_path / "p.parquet").exists()
+    (tmp_path / "afile").write_text("x")
+    assert main(["pairs", "--artifacts", str(source), "--out", str(tmp_path / "afile" / "p.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "afile is a file, not a folder" in err and "Traceback" not in err

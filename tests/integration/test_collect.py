@@ -68,6 +68,21 @@ def test_cli_collect_takes_sizes_from_the_config_and_checks_source(tmp_path):
     assert proc.returncode == 2 and "DOMAIN:NAME" in proc.stderr and "Traceback" not in proc.stderr
     proc = subprocess.run([*argv, "--seed", "-1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "must be at least 0, got -1" in proc.stderr
+    proc = subprocess.run([*argv, "--source", "maths:gsm8k"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "unknown domain(s) 'maths'" in proc.stderr
+
+
+def test_cli_collect_refuses_an_output_it_cannot_write_before_collecting(tmp_path, capsys):
+    from orchrm.cli import main
+
+    (tmp_path / "afile").write_text("x")
+    for out, message in ((tmp_path / "afile" / "a.parquet", "afile is a file, not a folder"),
+                         (tmp_path / "a.csv", "use a .parquet or .jsonl file name"),
+                         (tmp_path, "is a folder; give a file name")):
+        assert main(["collect", "--domain", "math", "--tasks", "1", "--plans", "2", "--workers", "1", "--out", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert message in captured.err and "Traceback" not in captured.err
+        assert captured.out == ""  # nothing was collected: no summary, no progress
 
 
 def test_collection_is_deterministic_whatever_the_workers():

@@ -357,6 +357,10 @@ def _with_metadata(path, out, **changes):
         ("reward_mean", "nan", "metadata 'reward_mean' is damaged"),
         ("format_version", "x", "metadata 'format_version' is damaged"),
         ("special_ids", "{}", "metadata 'special_ids' is damaged"),
+        ("special_ids", '{"pad": "x", "cls": 2, "sep": 3}', "metadata 'special_ids' is damaged"),
+        ("special_ids", '{"pad": 0, "cls": 2, "sep": 100000}', "metadata 'special_ids' is damaged"),
+        ("encoder_config", "[1, 2]", "metadata 'encoder_config' is damaged \\(a JSON list, not an object\\)"),
+        ("manifest", '"text"', "metadata 'manifest' is damaged"),
         ("encoder_config", None, "saved encoder config is damaged"),
     ],
 )

@@ -289,6 +289,7 @@ def test_zero_pairs_is_a_clear_error(tiny_model_kwargs):
         ([dict(prompt="q", chosen="a")], r"lacks column\(s\) \['rejected'\]"),
         ([dict(prompt="q", chosen="a", rejected="a")], "chosen == rejected"),
         ([dict(prompt="q", chosen="a", rejected="b", margin=float("nan"))], "finite number"),
+        ([dict(prompt="q", chosen="a", rejected="b", margin=1e39)], r"finite number >= 0 \(and within float32\); rows \[0\]"),
         ([dict(prompt="q", chosen="a", rejected="b", split=None)], r"'split' must be one of \['train', 'val', 'test'\]"),
         ([dict(prompt="q", chosen="a", rejected="b", split="validation")], "'validation'"),
     ],
@@ -303,6 +304,7 @@ def test_pairs_without_a_train_split_train_on_every_row_with_a_warning(tiny_mode
     with caplog.at_level("WARNING", logger="orchrm.train"):
         result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=rows, epochs=1)
     assert result.train_pairs == 3 and "no pairs with split == 'train'" in caplog.text
+    assert "all 3 pairs count as training pairs, less the val_fraction=0.1 of their tasks held out" in caplog.text
 
 
 def test_a_pair_without_a_task_id_belongs_to_its_prompts_task(small_pairs, tiny_model_kwargs):
@@ -377,6 +379,55 @@ def test_cli_train_writes_model_and_result(small_pairs, tmp_path, capsys):
     assert cli_main(argv[:-4] + ["--epochs", "3", "--config", str(tmp_path / "tiny.yaml"), "--resume"]) == 0
     summary = json.loads((tmp_path / "out" / "train_result.json").read_text())
     assert [r["epoch"] for r in summary["history"]] == [1, 2, 3]
+
+
+def test_cli_train_never_replaces_a_model_unasked_and_checks_out_before_training(small_pairs, tmp_path, capsys):
+    from orchrm.traces import write_table
+
+    write_table(small_pairs, tmp_path / "pairs.parquet")
+    (tmp_path / "tiny.yaml").write_text(
+        "model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300}\n"
+        "train: {batch_size: 16, lr: 3.0e-3}\n"
+    )
+    out = tmp_path / "out"
+    argv = ["train", "--pairs", str(tmp_path / "pairs.parquet"), "--epochs", "1", "--config", str(tmp_path / "tiny.yaml")]
+    (tmp_path / "afile").write_text("not a folder")
+    for bad_out in (tmp_path / "afile", tmp_path / "afile" / "model"):  # refused before any epoch runs
+        assert cli_main([*argv, "--out", str(bad_out)]) == 2
+        captured = capsys.readouterr()
+        assert "afile is a file" in captured.err and "Traceback" not in captured.err and "best epoch" not in captured.out
+    assert cli_main([*argv, "--out", str(out)]) == 0
+    first = (out / "model.safetensors").read_bytes()
+    assert cli_main([*argv, "--out", str(out)]) == 2
+    assert "already holds a trained model" in capsys.readouterr().err
+    assert (out / "model.safetensors").read_bytes() == first
+    # resuming another model (here: another tokenizer) is refused, naming what changed
+    (tmp_path / "bert.yaml").write_text(
+        "model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300, pretokenizer: bert}\n"
+        "train: {batch_size: 16, lr: 3.0e-3}\n"
+    )
+    resumed = ["train", "--pairs", str(tmp_path / "pairs.parquet"), "--epochs", "2", "--out", str(out), "--resume"]
+    assert cli_main([*resumed, "--config", str(tmp_path / "bert.yaml")]) == 2
+    assert "pretokenizer='whitespace', now pretokenizer='bert'" in capsys.readouterr().err
+    assert cli_main([*argv, "--out", str(out), "--overwrite"]) == 0
+    assert BradleyTerryModel.load(out).config.pretokenizer == "whitespace"
+
+
+def test_a_damaged_checkpoint_cannot_be_resumed_and_a_fresh_run_replaces_it(small_pairs, tiny_model_kwargs, tmp_path, caplog):
+    Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(pairs=small_pairs, epochs=1)
+    last = tmp_path / LAST_CHECKPOINT
+    last.write_bytes(last.read_bytes()[:-10])
+    with pytest.raises(TrainingError, match="cannot resume: .* is truncated.*start afresh"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(
+            pairs=small_pairs, epochs=2, resume=True
+        )
+    # a fresh run first removes the earlier run's checkpoints (a crash before its own first one
+    # must not leave them to be resumed as if they were its own)
+    with caplog.at_level("WARNING", logger="orchrm.train"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(pairs=small_pairs, epochs=1)
+    assert f"removing the earlier run's checkpoint {last}" in caplog.text
+    resumed = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL)
+    assert [r.epoch for r in resumed.train(pairs=small_pairs, epochs=2, resume=True).history] == [1, 2]
 
 
 @pytest.mark.slow

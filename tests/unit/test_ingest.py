@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from orchrm.cli import main
-from orchrm.errors import TraceSchemaError
+from orchrm.errors import OutputPathError, TraceSchemaError
 from orchrm.traces import ARTIFACT_COLUMNS, ingest_traces, read_table, write_table
 
 
@@ -133,6 +133,14 @@ def test_malformed_jsonl_names_the_line(tmp_path):
         read_table(path)
 
 
+def test_a_folder_or_a_csv_file_is_named_for_what_it_is(tmp_path):
+    with pytest.raises(TraceSchemaError, match=r"is a folder; give a table file"):
+        read_table(tmp_path)
+    (tmp_path / "t.csv").write_text("task_id,question\nt1,q\n")
+    with pytest.raises(TraceSchemaError, match=r"CSV is not read: convert it to Parquet or JSON Lines"):
+        read_table(tmp_path / "t.csv")
+
+
 def test_corrupt_parquet_is_named(tmp_path):
     path = tmp_path / "t.parquet"
     path.write_bytes(b"PAR1 this is not a parquet file")
@@ -148,7 +156,7 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
         def to_parquet(self, *args, **kwargs):
             raise OSError("disk full")
 
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputPathError, match=r"cannot write .*a\.parquet: disk full"):
         write_table(Unwritable({"x": [3]}), target)
     assert read_table(target).x.tolist() == [1, 2]
     assert [p.name for p in tmp_path.iterdir()] == ["a.parquet"]
