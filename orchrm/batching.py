@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +41,13 @@ def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> p
         df = read_table(Path(pairs))
     elif isinstance(pairs, pd.DataFrame):
         df = pairs.copy()
-    else:
+    elif isinstance(pairs, Sequence | Iterable) and not isinstance(pairs, bytes | Mapping):
         df = pd.DataFrame(list(pairs))
+    else:
+        raise TraceSchemaError(
+            f"pairs must be a pair table (a DataFrame, a list of row dicts, or a .parquet/.jsonl path), "
+            f"not {type(pairs).__name__}"
+        )
     if "prompt" not in df.columns and "input" in df.columns:
         df = df.rename(columns={"input": "prompt"})
     if len(df) == 0:

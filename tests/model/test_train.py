@@ -283,6 +283,14 @@ def test_zero_pairs_is_a_clear_error(tiny_model_kwargs):
         Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=[])
 
 
+def test_not_a_pair_table_or_an_absent_gpu_is_a_clear_error(tiny_model_kwargs):
+    with pytest.raises(TraceSchemaError, match="pairs must be a pair table .*, not NoneType"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=None)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="sees no CUDA GPU"):
+            Trainer(model=BradleyTerryModel(**tiny_model_kwargs), device="cuda:7")
+
+
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
