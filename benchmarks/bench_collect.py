@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchrm.executor import MultiAgentExecutor
     from orchrm.tasks import load_tasks
 
-    report = {"machine": machine(), "cpu_count": os.cpu_count(), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
+    report = {"machine": machine(), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
     for domain in args.domains:
         n = max(4, args.tasks // 3) if domain == "code" else args.tasks
         tasks = load_tasks(domain, n, seed=args.seed)
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     write_json(out, report)
     md = [
-        f"# Collection speed ({report['cpu_count']} CPU cores, {args.workers} workers, {args.plans} plans per task)",
+        f"# Collection speed ({report['machine']['cpus']} CPU cores, {args.workers} workers, {args.plans} plans per task)",
         "",
         f"Machine: {report['machine']['cpus']} CPUs ({report['machine']['cpu']}), load average "
         f"{report['machine']['load_average'][0]} at the start.",
