@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -426,30 +427,57 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, key_valid: Tensor | None, dropou
     return out.transpose(1, 2).flatten(2)
 
 
+#: whether :func:`_fused_qkv` may keep its stacks (inside :func:`cached_qkv` only)
+_QKV_CACHING: ContextVar[bool] = ContextVar("orchrm_qkv_caching", default=False)
+
+
 def _fused_qkv(att: nn.Module) -> tuple[Tensor, Tensor]:
     """The query, key and value projections stacked into one (3H, H) weight and (3H,) bias.
 
-    Without gradients the stack is cached on the module and rebuilt when a source tensor's
-    version counter changes (an optimizer step, a load). Some writes leave the counter alone (a
-    fused AdamW step, ``param.data.copy_``), so :meth:`BradleyTerryModel.score` drops the cache at
-    the start of every call (:func:`forget_fused_qkv`).
+    Inside :func:`cached_qkv` (a scoring call: no gradients, weights fixed) each layer's stack is
+    made once and reused by the call's batches; anywhere else it is made anew each time, so it
+    can never be older than the weights (some writes, a fused AdamW step or ``param.data``,
+    leave no trace a cache could check).
     """
     parts = (att.query.weight, att.key.weight, att.value.weight, att.query.bias, att.key.bias, att.value.bias)
-    if torch.is_grad_enabled() and any(p.requires_grad for p in parts):
+    if not _QKV_CACHING.get() or (torch.is_grad_enabled() and any(p.requires_grad for p in parts)):
         return torch.cat(parts[:3]), torch.cat(parts[3:])
-    key = tuple((p.data_ptr(), p._version) for p in parts)
-    cached = getattr(att, "_orchrm_fused_qkv", None)
-    if cached is None or cached[0] != key:
+    cached = att.__dict__.get("_orchrm_fused_qkv")
+    if cached is None:
         with torch.no_grad():
-            cached = (key, torch.cat(parts[:3]), torch.cat(parts[3:]))
+            cached = (torch.cat(parts[:3]), torch.cat(parts[3:]))
         att._orchrm_fused_qkv = cached
-    return cached[1], cached[2]
+    return cached
+
+
+@contextlib.contextmanager
+def cached_qkv(module: nn.Module) -> Iterator[None]:
+    """Within the block, :func:`_fused_qkv` stacks each layer of ``module`` once; at its end the stacks go."""
+    forget_fused_qkv(module)
+    token = _QKV_CACHING.set(True)
+    try:
+        yield
+    finally:
+        _QKV_CACHING.reset(token)
+        forget_fused_qkv(module)
 
 
 def forget_fused_qkv(module: nn.Module) -> None:
     """Drop the stacked projections :func:`_fused_qkv` cached anywhere under ``module``."""
     for m in module.modules():
         m.__dict__.pop("_orchrm_fused_qkv", None)
+
+
+def valid_text(text: str) -> str:
+    """``text`` as the tokenizers take it: a surrogate pair left split (JSON's escaped emoji) is
+    joined, and a lone surrogate (half of one cut off) becomes U+FFFD, instead of a TypeError."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 #: a bucket of action rows holds rows at most this many times longer than its shortest

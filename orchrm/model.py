@@ -23,7 +23,7 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,8 +74,16 @@ def pair_up(prompts: str | Sequence[str], actions: Sequence[str]) -> tuple[list[
     """Equal-length prompt and action lists for scoring; one prompt string is shared by every action."""
     if isinstance(actions, str):
         raise TypeError("actions must be a list of texts, not one string (it would score each character): pass [action]")
+    if isinstance(actions, bytes) or not isinstance(actions, Iterable):
+        raise TypeError(f"actions must be a list of texts, not {type(actions).__name__}")
+    if not isinstance(prompts, str) and (isinstance(prompts, bytes) or not isinstance(prompts, Iterable)):
+        raise TypeError(f"prompts must be one text or a list of texts, not {type(prompts).__name__}")
     actions = list(actions)
     prompts = [prompts] * len(actions) if isinstance(prompts, str) else list(prompts)
+    for name, texts in (("action", actions), ("prompt", prompts)):
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise TypeError(f"{name} {bad} is {type(texts[bad]).__name__} ({texts[bad]!r:.40}), not text")
     if len(prompts) != len(actions):
         raise ValueError(
             f"got {len(prompts)} prompts for {len(actions)} actions; give one prompt string (shared by every "
@@ -226,7 +234,7 @@ class BradleyTerryModel(nn.Module):
         """Train the scratch encoder's WordPiece tokenizer on ``texts`` (prompts and actions)."""
         if self.config.encoder != "scratch":
             raise ConfigError(f"encoder {self.config.encoder!r} brings its own tokenizer; only 'scratch' is fitted")
-        texts = [t for t in texts if t and not t.isspace()]
+        texts = [encoders.valid_text(t) for t in texts if t and not t.isspace()]
         if not texts:
             raise ConfigError("cannot fit the tokenizer on no text: give pairs with non-empty prompts and actions")
         tok = encoders.train_wordpiece(
@@ -242,7 +250,7 @@ class BradleyTerryModel(nn.Module):
                 "or call model.fit_tokenizer(texts)"
             )
         encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)  # fast: no offsets
-        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
+        return [e.ids for e in encode([encoders.valid_text(t) for t in texts], add_special_tokens=False)]
 
     def pack(
         self, prompt_ids: Sequence[Sequence[int]], action_ids: Sequence[Sequence[int]], action_prompt: Sequence[int]
@@ -290,25 +298,23 @@ class BradleyTerryModel(nn.Module):
         chunk is encoded once. ``normalize`` maps rewards to ``(r - reward_mean) / reward_std``.
         On a CPU, :class:`orchrm.onnxrt.OnnxScorer` gives the same rewards with less overhead.
         """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
         texts = self.scoring_texts(prompts, actions)
         if texts is None:
             return torch.zeros(0)
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        was_training = self.training
-        if was_training:
-            self.eval()
-        encoders.forget_fused_qkv(self.encoder)  # weights may have changed without a version bump
+        modes = [(m, m.training) for m in self.modules()]  # every module's own, restored after
+        self.eval()
         device = self.device
         out = []
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), encoders.cached_qkv(self.encoder):
                 for lo in range(0, len(texts.action_ids), batch_size):
                     batch = texts.pack(range(lo, min(lo + batch_size, len(texts.action_ids))))
                     out.append(self(batch.to(device)).cpu())
         finally:
-            if was_training:
-                self.train()
+            for m, training in modes:
+                m.training = training
         rewards = torch.cat(out)
         return (rewards - self.reward_mean) / self.reward_std if normalize else rewards
 

@@ -246,6 +246,51 @@ def test_score_broadcasts_one_prompt_and_checks_lengths(trained_model):
         trained_model.score([q, q], plans[:1])
     with pytest.raises(TypeError, match="not one string"):  # it would score each character
         trained_model.score(q, plans[0])
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        trained_model.score(q, [], batch_size=0)
+
+
+@pytest.mark.parametrize(
+    ("prompts", "actions", "message"),
+    [
+        ("q", ["plan", None], "action 1 is NoneType"),
+        ("q", [b"plan"], "action 0 is bytes"),
+        (["q", 7], ["a", "b"], "prompt 1 is int"),
+        (None, ["a"], "prompts must be one text or a list of texts, not NoneType"),
+        (b"q", ["a"], "prompts must be one text or a list of texts, not bytes"),
+        ("q", 5, "actions must be a list of texts, not int"),
+    ],
+)
+def test_scoring_something_that_is_not_text_names_it(trained_model, prompts, actions, message):
+    with pytest.raises(TypeError, match=message):
+        trained_model.score(prompts, actions)
+
+
+def test_text_with_surrogates_is_scored(trained_model):
+    """A JSON escape of half an emoji (a truncated trace) decodes to a str the tokenizers refuse;
+    so does an emoji written as its two UTF-16 halves."""
+    whole, split, half = "plan \U0001F600 step", "plan \ud83d\ude00 step", json.loads('"plan \\ud83d step"')
+    assert split != whole and "\ud83d" in half
+    rewards = trained_model.score("q", [whole, split, half, "plan \ufffd step"])
+    assert rewards[0] == rewards[1] and rewards[2] == rewards[3]  # a split pair is joined; a lone half is U+FFFD
+
+
+def test_score_is_deterministic_whatever_mode_each_submodule_is_in(trained_model, pairs):
+    prompts, actions = _texts(pairs)
+    reference = trained_model.score(prompts, actions)
+    modes = {m: m.training for m in trained_model.modules()}
+    try:
+        trained_model.eval()
+        trained_model.encoder.train()  # its dropout must not run while scoring
+        assert torch.equal(trained_model.score(prompts, actions), reference)
+        assert trained_model.encoder.training and not trained_model.head.training
+        trained_model.train()
+        trained_model.encoder.eval()
+        assert torch.equal(trained_model.score(prompts, actions), reference)
+        assert trained_model.training and not trained_model.encoder.training  # each mode as it was
+    finally:
+        for m, training in modes.items():
+            m.training = training
 
 
 def test_normalized_scores_use_stored_mean_and_std(trained_model, pairs):

@@ -177,6 +177,22 @@ def test_the_scorer_keeps_the_weights_it_was_built_with(pairs, tiny_model_kwargs
     torch.testing.assert_close(OnnxScorer(model).score(prompts, actions), before + 1.0, rtol=0, atol=1e-5)
 
 
+def test_the_scorer_is_built_from_the_weights_as_they_are_now(pairs, tiny_model_kwargs):
+    """Weights changed where no version counter sees it (``.data``), the scorer then built without
+    gradients (or on a frozen encoder): its graph still gets the current query/key/value weights."""
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]))
+    prompts, actions = _texts(pairs, 6)
+    before = model.score(prompts, actions)
+    for p in model.encoder.parameters():
+        p.data.mul_(1.5)
+    with torch.no_grad():
+        scorer = OnnxScorer(model)
+    now = model.score(prompts, actions)
+    assert (now - before).abs().max() > 1e-3
+    torch.testing.assert_close(scorer.score(prompts, actions), now, rtol=0, atol=1e-5)
+
+
 def test_bad_calls_say_what_is_wrong(trained_model, tiny_model_kwargs):
     scorer = OnnxScorer(trained_model)
     assert scorer.score("q", []).shape == (0,)
