@@ -894,7 +894,8 @@ def read_pairs(path: str | os.PathLike, *, config: PairsConfig | None = None) ->
 
     Accepts our own table (Parquet / JSONL), TRL's preference format (``prompt``, ``chosen``,
     ``rejected``, optional ``margin``) and the published OrchRM data-set format (``input``,
-    ``chosen``, ``rejected``, ``source``). Missing columns are filled:
+    ``chosen``, ``rejected``, ``source``). Missing columns, and missing values of the id and
+    label columns below, are filled:
 
     - ``prompt`` from ``input``; ``source`` ``"external"``; ``granularity`` ``node`` for
       ``intermediate`` pairs, else ``plan``; ``domain`` ``"custom"``;
@@ -926,29 +927,41 @@ def read_pairs(path: str | os.PathLike, *, config: PairsConfig | None = None) ->
                 "(conversational message lists must be flattened to text first)"
             )
     n = len(df)
-    if "source" not in df.columns:
-        df["source"] = "external"
-    df["source"] = df["source"].fillna("external").astype(str)
-    if "granularity" not in df.columns:
-        df["granularity"] = np.where(df["source"] == "intermediate", "node", "plan")
-    if "domain" not in df.columns:
-        df["domain"] = "custom"
-    if "task_id" not in df.columns:
-        df["task_id"] = ["task-" + hashlib.blake2b(_task_text(p).encode("utf-8"), digest_size=6).hexdigest() for p in df["prompt"]]
+
+    def fill(col: str, default) -> None:
+        """``col`` where the table lacks it or a cell is missing: ``default(rows)`` for those rows."""
+        rows = df.index if col not in df.columns else df.index[df[col].isna()]
+        if len(rows) == len(df):
+            df[col] = pd.Series(default(rows), index=rows, dtype=object)
+        elif len(rows):
+            df[col] = df[col].astype(object)
+            df.loc[rows, col] = pd.Series(default(rows), index=rows, dtype=object)
+
+    fill("source", lambda rows: ["external"] * len(rows))
+    df["source"] = df["source"].astype(str)
+    fill("granularity", lambda rows: np.where(df.loc[rows, "source"] == "intermediate", "node", "plan"))
+    fill("domain", lambda rows: ["custom"] * len(rows))
+    fill("task_id", lambda rows: [
+        "task-" + hashlib.blake2b(_task_text(p).encode("utf-8"), digest_size=6).hexdigest() for p in df.loc[rows, "prompt"]
+    ])
     df["task_id"] = df["task_id"].astype(str)
     if "margin" not in df.columns:
         df["margin"] = np.where(df["source"] == "specialized-over-base", cfg.prior_margin, EXTERNAL_MARGIN)
     df["margin"] = pd.to_numeric(df["margin"], errors="coerce").astype("float64")
-    for side in ("chosen", "rejected"):
-        col = f"{side}_artifact_id"
-        if col not in df.columns:  # one artifact = one text within one task
-            df[col] = [
-                "text-" + hashlib.blake2b(f"{task}\x1f{text}".encode(), digest_size=8).hexdigest()
-                for task, text in zip(df["task_id"], df[side], strict=True)
-            ]
+    for side in ("chosen", "rejected"):  # one artifact = one text within one task
+        fill(f"{side}_artifact_id", lambda rows, side=side: [
+            "text-" + hashlib.blake2b(f"{task}\x1f{text}".encode(), digest_size=8).hexdigest()
+            for task, text in zip(df.loc[rows, "task_id"], df.loc[rows, side], strict=True)
+        ])
     if "collection_tokens" not in df.columns:
         df["collection_tokens"] = 0
     tokens = pd.to_numeric(df["collection_tokens"], errors="coerce")
+    fractional = df.index[tokens.notna() & (tokens % 1 != 0)]
+    if len(fractional):
+        raise TraceSchemaError(
+            f"{path}: column 'collection_tokens' must hold whole token counts; rows {', '.join(map(str, fractional[:5]))} "
+            f"hold {', '.join(map(str, tokens[fractional[:5]]))}"
+        )
     # unreadable counts stay NaN (float) so that validation names the rows instead of a guess
     df["collection_tokens"] = tokens.astype("int64") if tokens.notna().all() else tokens
     if "split" not in df.columns:

@@ -161,15 +161,25 @@ def _gx() -> Any:
 
 
 # derived columns ----------------------------------------------------------------------------------
+def _hashable(values: pd.Series) -> pd.Series:
+    """``values`` with unhashable cells (a list, a dict: never valid in these columns) as their
+    text, so that grouping on them works and the suite's type and value checks name the rows."""
+    if values.dtype != object:
+        return values
+    unhashable = values.map(lambda v: isinstance(v, list | dict | set | np.ndarray))
+    return values.where(~unhashable, values[unhashable].map(repr)) if unhashable.any() else values
+
+
 def derive_artifact_columns(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` plus the ``dq_`` columns the artifact suite checks (see its ``meta.derived_columns``);
     a column whose inputs are missing is left out (its expectation then reports the missing column)."""
     out = df.reset_index(drop=True)
+    key = {c: _hashable(out[c]) for c in ("task_id", "question", "run_id", "plan_id") if c in out.columns}
     if {"task_id", "question"} <= set(out.columns):
-        out["dq_task_question_count"] = out.groupby("task_id", dropna=False)["question"].transform("nunique")
+        out["dq_task_question_count"] = key["question"].groupby(key["task_id"], dropna=False).transform("nunique")
     if {"run_id", "task_id", "plan_id", "is_final"} <= set(out.columns):
         finals = pd.to_numeric(out["is_final"], errors="coerce").fillna(0).astype("int64")
-        keys = [out["run_id"], out["task_id"], out["plan_id"]]
+        keys = [key["run_id"], key["task_id"], key["plan_id"]]
         out["dq_finals_per_execution"] = finals.groupby(keys, dropna=False).transform("sum")
     return out
 
@@ -183,25 +193,26 @@ def derive_pair_columns(df: pd.DataFrame, artifacts: pd.DataFrame | None = None)
     """
     out = df.reset_index(drop=True)
     cols = set(out.columns)
+    key = {c: _hashable(out[c]) for c in ("task_id", "split", "chosen_artifact_id", "rejected_artifact_id") if c in cols}
     if {"task_id", "split"} <= cols:
-        out["dq_task_split_count"] = out.groupby("task_id", dropna=False)["split"].transform("nunique")
+        out["dq_task_split_count"] = key["split"].groupby(key["task_id"], dropna=False).transform("nunique")
     if {"task_id", "chosen_artifact_id", "rejected_artifact_id"} <= cols:
         links = [
-            out[["chosen_artifact_id", "task_id"]].set_axis(["artifact_id", "task_id"], axis=1),
-            out[["rejected_artifact_id", "task_id"]].set_axis(["artifact_id", "task_id"], axis=1),
+            pd.DataFrame({"artifact_id": key["chosen_artifact_id"], "task_id": key["task_id"]}),
+            pd.DataFrame({"artifact_id": key["rejected_artifact_id"], "task_id": key["task_id"]}),
         ]
         if artifacts is not None and {"artifact_id", "task_id"} <= set(artifacts.columns):
-            links.append(artifacts[["artifact_id", "task_id"]])
+            links.append(pd.DataFrame({"artifact_id": _hashable(artifacts["artifact_id"]), "task_id": _hashable(artifacts["task_id"])}))
         tied = pd.concat(links, ignore_index=True).dropna().drop_duplicates().groupby("artifact_id")["task_id"].size()
         count = np.maximum(
-            out["chosen_artifact_id"].map(tied).fillna(1).to_numpy(dtype=np.int64),
-            out["rejected_artifact_id"].map(tied).fillna(1).to_numpy(dtype=np.int64),
+            key["chosen_artifact_id"].map(tied).fillna(1).to_numpy(dtype=np.int64),
+            key["rejected_artifact_id"].map(tied).fillna(1).to_numpy(dtype=np.int64),
         )
         out["dq_artifact_task_count"] = count
     if {"chosen", "rejected"} <= cols:
-        same = (out["chosen"] == out["rejected"]).fillna(False).to_numpy(dtype=bool)
+        same = (_hashable(out["chosen"]) == _hashable(out["rejected"])).fillna(False).to_numpy(dtype=bool)
         if {"chosen_artifact_id", "rejected_artifact_id"} <= cols:
-            same = same | (out["chosen_artifact_id"] == out["rejected_artifact_id"]).fillna(False).to_numpy(dtype=bool)
+            same = same | (key["chosen_artifact_id"] == key["rejected_artifact_id"]).fillna(False).to_numpy(dtype=bool)
         out["dq_self_pair"] = same.astype(np.int64)
         diff = np.sign(_lengths(out["chosen"]) - _lengths(out["rejected"]))
         out["dq_longer_wins"] = (diff + 1.0) / 2.0
@@ -355,9 +366,9 @@ class _Session:
     """One ephemeral GX context whose Data Docs site lives in ``out_dir/data_docs``."""
 
     def __init__(self, out_dir: Path | None) -> None:
+        gx = _gx()  # first: it turns GX's analytics off before GX is imported
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
-        gx = _gx()
         self.gx = gx
         self.out_dir = out_dir
         self.context = gx.get_context(mode="ephemeral")

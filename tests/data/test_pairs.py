@@ -393,6 +393,35 @@ def test_read_pairs_accepts_the_orchrm_dataset_format(tmp_path):
     assert pairs["pair_id"].is_unique
 
 
+def test_read_pairs_fills_missing_ids_and_labels_like_missing_columns(tmp_path):
+    rows = [
+        {"prompt": Q, "chosen": COT_SMALL, "rejected": COT_LARGE, "task_id": "t1", "granularity": "plan",
+         "chosen_artifact_id": "a1", "split": "train"},
+        {"prompt": Q, "chosen": SC, "rejected": COT_LARGE, "task_id": None, "granularity": None,
+         "chosen_artifact_id": None, "split": "train"},
+    ]
+    path = tmp_path / "partial.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    pairs = read_pairs(path)
+    derived = read_pairs(_jsonl(tmp_path / "bare.jsonl", [{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows]))
+    assert pairs["task_id"].tolist() == ["t1", derived["task_id"].iloc[1]]
+    assert pairs["granularity"].tolist() == ["plan", "plan"]
+    assert pairs["chosen_artifact_id"].iloc[0] == "a1"
+    assert pairs["chosen_artifact_id"].iloc[1] == derived["chosen_artifact_id"].iloc[1]
+    assert pairs["pair_id"].notna().all() and pairs["pair_id"].is_unique
+
+
+def test_read_pairs_refuses_fractional_token_counts(tmp_path):
+    path = _jsonl(tmp_path / "t.jsonl", [{"prompt": Q, "chosen": "a", "rejected": "b", "collection_tokens": 1.7}])
+    with pytest.raises(TraceSchemaError, match=r"'collection_tokens' must hold whole token counts; rows 0 hold 1.7"):
+        read_pairs(path)
+
+
+def _jsonl(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
 def test_read_pairs_refuses_a_table_without_preferences(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")

@@ -92,10 +92,13 @@ ARTIFACT_CASES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "node_id_not_null": _set("node_id", None),
     "domain_not_null": _set("domain", None),
     "plan_text_not_null": _set("plan_text", None),
+    "question_not_null": _set("question", None),  # the blank check skips nulls
     "question_not_blank": _set("question", "   "),
+    "question_is_text": _set("question", ["What", "?"]),  # a list reads as text to the blank check
     "one_question_per_task": _set("question", "a different question under the same task_id"),
     "content_not_null": _set("content", None),
     "content_not_blank": _set("content", " \n\t"),
+    "content_is_text": _set("content", 123),
     "content_length_bounded": _set("content", "x" * 100_001),
     "prompt_tokens_not_null": _set("prompt_tokens", np.nan),  # range checks skip nulls
     "completion_tokens_not_null": _set("completion_tokens", None),
@@ -125,8 +128,10 @@ PAIR_CASES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "domain_not_null": _set("domain", None),
     "chosen_artifact_id_not_null": _set("chosen_artifact_id", None),
     "rejected_artifact_id_not_null": _set("rejected_artifact_id", None),
+    "granularity_not_null": _set("granularity", None),  # the set check skips nulls
     "granularity_known": _set("granularity", "trajectory"),
     "source_not_null": _set("source", None),
+    "split_not_null": _set("split", None),
     "split_known": _set("split", "holdout"),
     "no_task_in_two_splits": _flip_split,
     "pair_within_one_task": _cross_task,
@@ -135,10 +140,13 @@ PAIR_CASES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "margin_positive": _set("margin", 0.0),
     "prompt_not_null": _set("prompt", None),
     "prompt_not_blank": _set("prompt", "  "),
+    "prompt_is_text": _set("prompt", [{"role": "user", "content": "q"}]),
     "chosen_not_null": _set("chosen", None),
     "chosen_not_blank": _set("chosen", "\n"),
+    "chosen_is_text": _set("chosen", 5),
     "rejected_not_null": _set("rejected", None),
     "rejected_not_blank": _set("rejected", " "),
+    "rejected_is_text": _set("rejected", 2.5),
     "prompt_length_bounded": _set("prompt", "q" * 40_001),
     "chosen_length_bounded": _set("chosen", "c" * 40_001),
     "rejected_length_bounded": _set("rejected", "r" * 40_001),
@@ -180,7 +188,7 @@ def test_a_suite_that_gx_would_silently_shrink_is_refused(tmp_path):
     )
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(spec))
-    with pytest.raises(ConfigError, match=r"loaded 30 of 31 expectations.*margin_sparkly.*not found"):
+    with pytest.raises(ConfigError, match=r"loaded 35 of 36 expectations.*margin_sparkly.*not found"):
         load_suite(str(path))
     spec["expectations"][-1]["meta"] = {}
     path.write_text(json.dumps(spec))
@@ -306,3 +314,41 @@ def test_cli_validate_exit_codes(artifacts, pairs, tmp_path, capsys):
     assert "pairs.no_task_in_two_splits" in err and '"row": 0' in err
     assert "pairs.margin_not_null" in err and '"row": 2' in err
     assert str(tmp_path / "bad") in err and (tmp_path / "bad" / "pairs.results.json").exists()
+
+
+def test_lists_where_text_belongs_are_named_not_a_crash(artifacts, pairs, tmp_path, capsys):
+    """JSON traces can hold a message list where text belongs: the derived columns group on it."""
+    a = tmp_path / "a.jsonl"
+    a.write_text(_set("question", ["What", "?"], row=1)(artifacts).to_json(orient="records", lines=True, date_format="iso"))
+    assert main(["validate", "--artifacts", str(a), "--out-dir", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "artifacts.question_is_text" in err and '"row": 1' in err and "Traceback" not in err
+    p = tmp_path / "p.jsonl"
+    p.write_text(_set("task_id", ["t", 1], row=0)(_set("split", ["train"], row=2)(pairs)).to_json(orient="records", lines=True))
+    assert main(["validate", "--pairs", str(p), "--out-dir", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "pairs.split_known" in err and "Traceback" not in err
+
+
+def test_gx_analytics_are_off_before_gx_is_imported(tmp_path):
+    """GX reads GX_ANALYTICS_ENABLED when it is imported: the switch must come first."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import os, sys, importlib.abc\n"
+        "seen = []\n"
+        "class Watch(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'great_expectations' and not seen:\n"
+        "            seen.append(os.environ.get('GX_ANALYTICS_ENABLED'))\n"
+        "sys.meta_path.insert(0, Watch())\n"
+        "os.environ.pop('GX_ANALYTICS_ENABLED', None)\n"
+        "from orchrm.validation import run_expectations\n"
+        "from tests.fixtures.tables import make_pairs\n"
+        "run_expectations('pairs', make_pairs(n_tasks=2, plans_per_task=3, seed=0))\n"
+        "print(seen)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=str(tmp_path.cwd()))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['false']"
