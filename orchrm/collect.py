@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
@@ -118,6 +119,21 @@ def load_domain_tasks(domains: Sequence[str], n: int, seed: int, source: str | M
     return tasks
 
 
+def collection_run_id(
+    seed: int, plans_per_task: int, shares: Mapping[str, float], task_ids: Sequence[str], noise: NoiseConfig | None
+) -> str:
+    """The run id: a hash of everything that changes the rows (artifact ids derive from it).
+
+    The sandbox noise config is hashed only when it differs from the default: naming the default
+    explicitly is the same run as leaving it out. ``stop_after_depth`` is left out on purpose: a
+    prefix run's rows are exactly the full run's rows for those nodes, so they share ids.
+    """
+    parts: list = [seed, plans_per_task, sorted(shares.items()), *task_ids]
+    if noise is not None and noise != NoiseConfig():
+        parts.append(noise.model_dump_json())
+    return stable_id("collect", *parts)
+
+
 def collect(
     domains: Sequence[str] = ("math", "code", "multihop", "webqa"),
     tasks_per_domain: int = 50,
@@ -134,14 +150,21 @@ def collect(
 ) -> pd.DataFrame:
     """Run ``plans_per_task`` candidate plans on each task and return the artifact table.
 
-    ``tasks`` overrides ``domains``/``tasks_per_domain``/``source``. ``workers`` defaults to the
-    number of CPU cores; small jobs run in this process.
+    ``tasks`` overrides ``domains``/``tasks_per_domain``/``source``; a task id given twice is
+    refused (its artifacts would share ids). ``workers`` defaults to the number of CPU cores;
+    small jobs run in this process.
     """
     shares = dict(orchestrators or {"base": 0.5, "specialized": 0.5})
     if tasks is None:
         tasks = load_domain_tasks(domains, tasks_per_domain, seed, source)
     tasks = list(tasks)
-    run_id = stable_id("collect", seed, plans_per_task, sorted(shares.items()), *(t.task_id for t in tasks))
+    repeated = sorted(task_id for task_id, n in Counter(t.task_id for t in tasks).items() if n > 1)
+    if repeated:
+        raise TaskError(
+            f"task id(s) {', '.join(map(repr, repeated))} given more than once: their artifacts would share ids; "
+            "pass each task once"
+        )
+    run_id = collection_run_id(seed, plans_per_task, shares, [t.task_id for t in tasks], noise)
     created_at = datetime.now(UTC)
     kwargs = dict(
         plans_per_task=plans_per_task,

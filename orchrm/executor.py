@@ -12,6 +12,7 @@ signal needs only a plan prefix to have run, and tokens are spent only on what r
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ import pandas as pd
 
 from orchrm.agents.base import Backend, NodeOutput
 from orchrm.agents.sandbox.noise import NoiseConfig
-from orchrm.errors import PlanError
+from orchrm.errors import ConfigError, PlanError
 from orchrm.orchestrators import BaseSampler, RoleSampler, SpecializedSampler, get_sampler
 from orchrm.plans import Plan
 from orchrm.tasks.base import Task, stable_id
@@ -71,6 +72,12 @@ class PlanRun:
         return artifacts_frame(list(self.rows))
 
 
+def _check_num_plans(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"num_plans must be at least 1, got {n!r}: ask for one or more candidate plans per task")
+    return n
+
+
 def _make_backend(backend: str | Backend, noise: NoiseConfig | None) -> Backend:
     if not isinstance(backend, str):
         return backend
@@ -107,7 +114,7 @@ class MultiAgentExecutor:
             RoleSampler(self.agents) if self.agents else get_sampler(orchestrator)
         )
         self.orchestrator = orchestrator
-        self.num_plans = num_plans
+        self.num_plans = _check_num_plans(num_plans)
         self.seed = seed
 
     # tasks --------------------------------------------------------------------------------
@@ -124,10 +131,12 @@ class MultiAgentExecutor:
 
     # plans --------------------------------------------------------------------------------
     def sample_plans(self, task: Task | str, n: int | None = None, *, seed: int | None = None) -> list[Plan]:
-        """``n`` distinct candidate plans for ``task`` from this executor's orchestrator."""
+        """``n`` (default ``num_plans``) distinct candidate plans for ``task`` from this executor's
+        orchestrator."""
+        n = self.num_plans if n is None else _check_num_plans(n)
         task = self.as_task(task)
         rng = random.Random(int(stable_id("plans", self.seed if seed is None else seed, task.task_id, n=16), 16))
-        return self.sampler.sample(task, n or self.num_plans, rng)
+        return self.sampler.sample(task, n, rng)
 
     # execution ----------------------------------------------------------------------------
     def run_plan(
@@ -204,9 +213,14 @@ class MultiAgentExecutor:
         seed: int | None = None,
     ) -> pd.DataFrame:
         """Sample ``num_plans`` candidate plans (or take ``plans``), execute each fully, and return
-        the artifact table of all of them."""
+        the artifact table of all of them. A plan given twice is refused: an artifact's id is
+        derived from its plan, and two executions of one plan would share it."""
         task = self.as_task(task)
-        chosen = list(plans) if plans is not None else self.sample_plans(task, num_plans, seed=seed)
+        if plans is not None:
+            chosen = [Plan.parse(p, tiers=self.backend.tiers) if isinstance(p, str) else p for p in plans]
+            _refuse_repeated_plans(chosen)
+        else:
+            chosen = self.sample_plans(task, num_plans, seed=seed)
         label = "given" if plans is not None else (self.sampler.name if not self.agents else "roles")
         created_at = datetime.now(UTC)
         rows: list[dict] = []
@@ -225,3 +239,15 @@ class MultiAgentExecutor:
             q = self.run_plan(task, plan, seed=seed, repeat=r + 1).quality
             total += 0.0 if q is None else q
         return total / repeats
+
+
+def _refuse_repeated_plans(plans: Sequence[Plan]) -> None:
+    counts = Counter(p.plan_id for p in plans)
+    text = {p.plan_id: p.render().split("\n")[0] for p in plans}
+    repeated = [(plan_id, n) for plan_id, n in counts.items() if n > 1]
+    if repeated:
+        listed = "; ".join(f"plan {plan_id} ({text[plan_id]}...) is given {n} times" for plan_id, n in repeated)
+        raise PlanError(
+            f"{listed}: its artifacts would share ids; run each plan once (use run_plan(..., repeat=r) "
+            "for independent re-executions)"
+        )

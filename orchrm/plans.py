@@ -9,9 +9,11 @@ exactly one sink, whose output is the final answer. Its canonical text form is::
 
 Rendering is canonical (same plan -> same bytes): nodes in topological order (ties by id),
 attributes ``id``, ``type``, ``model``, then the type's parameters in declared order, then ``role``;
-edges sorted. ``Plan.parse(text).render() == text`` for every canonical text, and ``Plan.parse``
-rejects unknown agents, cycles, dangling edges and bad parameters with a :class:`PlanError` that
-names the offending node and the fix.
+edges sorted. Attribute values are XML-escaped (``& " < >``) when rendered and unescaped when
+parsed, so ``Plan.parse(plan.render()) == plan`` for any attribute text (a role may hold quotes)
+and ``Plan.parse(text).render() == text`` for every canonical text. ``Plan.parse`` rejects
+unknown agents, cycles, dangling edges, bad parameters and repeated attributes with a
+:class:`PlanError` that names the offending node and the fix.
 
 >>> plan = Plan.parse('<agent id="a1" type="CoT" model="small"/>')
 >>> plan.sink, plan.render()
@@ -25,6 +27,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from xml.sax.saxutils import escape, unescape
 
 from orchrm.errors import PlanError
 
@@ -93,9 +96,16 @@ AGENT_TYPES: Mapping[str, AgentType] = MappingProxyType(
     }
 )
 
-_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,31}$")
+_ID = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,31}")  # used with fullmatch: "$" would accept "a1\n"
 _TAG = re.compile(r"<\s*(agent|edge)\b([^<>]*?)/\s*>", re.S)
 _ATTR = re.compile(r"""([A-Za-z_][A-Za-z0-9_\-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_QUOTES = {'"': "&quot;"}
+_UNQUOTES = {"&quot;": '"', "&apos;": "'"}
+
+
+def _attr_text(name: str, value: str) -> str:
+    """``name="value"`` with ``& " < >`` escaped (a ``>`` or ``<`` would end the tag)."""
+    return f'{name}="{escape(value, _QUOTES)}"'
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,9 @@ class PlanNode:
     def __reduce__(self):  # MappingProxyType does not pickle; rebuild from a plain dict
         return (_rebuild_node, (self.id, self.agent, dict(self.params)))
 
+    def __hash__(self) -> int:  # MappingProxyType is unhashable; hash what __eq__ compares
+        return hash((self.id, self.agent, tuple(sorted(self.params.items()))))
+
     def int_param(self, name: str) -> int:
         return int(self.params[name])
 
@@ -130,7 +143,7 @@ class PlanNode:
         attrs += [(p.name, str(self.params[p.name])) for p in spec.params]
         if self.role is not None:
             attrs.append(("role", self.role))
-        return "<agent " + " ".join(f'{k}="{v}"' for k, v in attrs) + "/>"
+        return "<agent " + " ".join(_attr_text(k, v) for k, v in attrs) + "/>"
 
 
 @dataclass(frozen=True)
@@ -141,7 +154,7 @@ class Edge:
     target: str
 
     def render(self) -> str:
-        return f'<edge from="{self.source}" to="{self.target}"/>'
+        return f"<edge {_attr_text('from', self.source)} {_attr_text('to', self.target)}/>"
 
 
 @dataclass(frozen=True)
@@ -175,10 +188,14 @@ class Plan:
                 '<agent id=".." type=".." .../> and <edge from=".." to=".."/> elements'
             )
         for kind, body in _TAG.findall(text):
-            attrs = {m[0]: m[1] if m[1] or not m[2] else m[2] for m in _ATTR.findall(body)}
             stripped = _ATTR.sub("", body).strip()
             if stripped:
                 raise PlanError(f"cannot read attributes {stripped!r} in <{kind} {body.strip()}/>: write name=\"value\"")
+            attrs: dict[str, str] = {}
+            for name, double_quoted, single_quoted in _ATTR.findall(body):
+                if name in attrs:
+                    raise PlanError(f"attribute {name!r} twice in <{kind} {body.strip()}/>: keep one {name}=\"..\"")
+                attrs[name] = unescape(double_quoted or single_quoted, _UNQUOTES)
             if kind == "edge":
                 unknown = set(attrs) - {"from", "to"}
                 if unknown or "from" not in attrs or "to" not in attrs:
@@ -206,10 +223,22 @@ class Plan:
             if isinstance(n, PlanNode):
                 raw_id, agent, params = n.id, n.agent, dict(n.params)
             else:
+                if "id" not in n:
+                    raise PlanError(f'node {dict(n)!r} has no id; give it id="a1" (a letter, then letters, digits, "_" or "-")')
+                if "agent" not in n:
+                    raise PlanError(f"node {n['id']!r} has no agent type; give it agent= one of {', '.join(AGENT_TYPES)}")
                 raw_id, agent, params = n["id"], n["agent"], dict(n.get("params", {}))
+            _check_id(raw_id)
             built_nodes.append(PlanNode(raw_id, agent, MappingProxyType(_coerce_params(raw_id, agent, params))))
-        built_edges = tuple(e if isinstance(e, Edge) else Edge(*e) for e in edges)
-        return cls(tuple(built_nodes), built_edges, tuple(tiers))
+        built_edges = []
+        for e in edges:
+            if not isinstance(e, Edge):
+                pair = tuple(e) if isinstance(e, tuple | list) else ()
+                if len(pair) != 2:
+                    raise PlanError(f"edge {e!r} is not a pair: give each edge as (from, to)")
+                e = Edge(*pair)
+            built_edges.append(e)
+        return cls(tuple(built_nodes), tuple(built_edges), tuple(tiers))
 
     # views ----------------------------------------------------------------------------------
     def render(self) -> str:
@@ -276,8 +305,16 @@ def _rebuild_node(node_id: str, agent: str, params: dict) -> PlanNode:
 
 
 # validation ---------------------------------------------------------------------------------
+def _check_id(node_id: object) -> None:
+    if not isinstance(node_id, str) or not _ID.fullmatch(node_id):
+        raise PlanError(
+            f"node id {node_id!r} is invalid: use a string that starts with a letter, then letters, "
+            "digits, '_' or '-' (max 32)"
+        )
+
+
 def _coerce_params(node_id: str, agent: str, params: dict) -> dict:
-    spec = AGENT_TYPES.get(agent)
+    spec = AGENT_TYPES.get(agent) if isinstance(agent, str) else None
     if spec is None:
         raise PlanError(
             f"node {node_id!r}: unknown agent type {agent!r}; use one of {', '.join(AGENT_TYPES)}"
@@ -306,12 +343,11 @@ def _validate(plan: Plan) -> None:
         raise PlanError("a plan needs at least one agent node")
     seen: set[str] = set()
     for n in plan.nodes:
-        if not _ID.match(n.id):
-            raise PlanError(f"node id {n.id!r} is invalid: start with a letter, then letters, digits, '_' or '-' (max 32)")
+        _check_id(n.id)
         if n.id in seen:
             raise PlanError(f"node id {n.id!r} appears twice; give every agent a unique id")
         seen.add(n.id)
-        spec = AGENT_TYPES.get(n.agent)
+        spec = AGENT_TYPES.get(n.agent) if isinstance(n.agent, str) else None
         if spec is None:
             raise PlanError(f"node {n.id!r}: unknown agent type {n.agent!r}; use one of {', '.join(AGENT_TYPES)}")
         if n.model is None and spec.model_required:

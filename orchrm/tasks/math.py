@@ -83,13 +83,16 @@ def fmt_number(x: float, places: int = 2) -> str:
 
 
 def numbers_in(text: str) -> list[float]:
-    """Every number written in ``text`` with digits (commas, decimals; ``$`` ignored), in order."""
+    """Every number written in ``text`` with digits (commas, decimals; ``$`` ignored), in order;
+    a number too large for a float (hundreds of digits) is left out, as it cannot be computed with."""
     out = []
     for m in _NUM.finditer(text):
         try:
-            out.append(float(m.group().replace(",", "")))
+            x = float(m.group().replace(",", ""))
         except ValueError:
             continue
+        if math.isfinite(x):
+            out.append(x)
     return out
 
 
@@ -1107,12 +1110,22 @@ _WORD_OPS = (
     (r"\bplus\b", "+"),
     (r"\bminus\b", "-"),
 )
-_FREE_EXPR = re.compile(r"[\d.(][\d.\s()+\-*/×÷x]*[\d)]")
+# a leading minus belongs to the expression ("-5 + 3" is -2, not 8)
+_FREE_EXPR = re.compile(r"-?[\d.(][\d.\s()+\-*/×÷x]*[\d)]")
+# what may not touch an expression: a letter, digit, "." or "," just before it ("1e5 + 1",
+# "x-5 + 3", "1,000 + 5"), a letter or ",<digit>" / ".<digit>" just after it ("2 + 1e5", "5 + 1,000")
+_GLUED_BEFORE = re.compile(r"[\w.,]\Z")
+_GLUED_AFTER = re.compile(r"\w|[.,]\d")
+# an operator next to the expression, beyond a space, means the regex saw only part of it
+_OPERATOR_NEAR = re.compile(r"[-+*/×÷^]")
 
 
 def from_text(question: str) -> Task | None:
     """A simulable math task from free text whose arithmetic is explicit ("What is 48 / 2 + 3?",
-    "15% of 80", "the sum of 3 and 4"); None otherwise (the generic domain takes it).
+    "15% of 80", "the sum of 3 and 4", "-5 + 3"); None otherwise, and the generic domain takes
+    it. None also when the expression found is only part of what is written (``1e5 + 1``,
+    ``x - 5 + 3``, ``1,000 + 5``, ``2^3 + 1``: computing the part would give a wrong answer) or
+    when a number or result does not fit a float or the expression is too deep to parse.
 
     The sandbox replays the extracted steps, but the task has no ``reference``: a user's own
     question carries no gold answer, so its quality stays unknown (the computed value is kept
@@ -1121,6 +1134,8 @@ def from_text(question: str) -> Task | None:
     >>> task = from_text("What is 48 / 2 + 3?")
     >>> task.reference is None, task.metadata["answer"]
     (True, 27.0)
+    >>> from_text("What is -5 + 3?").metadata["answer"], from_text("What is 1e5 + 1?")
+    (-2.0, None)
     >>> from_text("Solve: integral of x^2 from 0 to 1") is None
     True
     """
@@ -1129,31 +1144,30 @@ def from_text(question: str) -> Task | None:
         text = re.sub(pat, rep, text, flags=re.I)
     best = None
     for m in _FREE_EXPR.finditer(text):
-        cand = m.group().strip()
+        cand = m.group()
         if "^" in text[m.end():m.end() + 2]:
             return None
         toks = tokenize_expression(cand)
-        if toks is None or not any(t in "+-*/" for t in toks):
+        if toks is None or not any(t in "+-*/" for t in toks[1:]):  # toks[0]: a sign, not an operation
             continue
+        if _glued(text, m.start(), m.end()):
+            return None
         if best is None or len(cand) > len(best):
             best = cand
     if best is None:
         return None
-    try:
-        tree = ast.parse(" ".join(tokenize_expression(best) or []), mode="eval").body
-    except SyntaxError:
-        return None
     steps: list[dict] = []
 
     def walk(node: ast.AST) -> str:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return "q:" + fmt_number(float(node.value), 6)
+        value = _signed_literal(node)
+        if value is not None:
+            return "q:" + fmt_number(_finite(value), 6)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             left, right = walk(node.left), walk(node.right)
             sym = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
             vals = [_arg_value(a, steps) for a in (left, right)]
             try:
-                result = eval_expr("{0}" + sym + "{1}", vals)
+                result = _finite(eval_expr("{0}" + sym + "{1}", vals))
             except ZeroDivisionError:
                 raise ValueError("division by zero") from None
             steps.append({"expr": "{0}" + sym + "{1}", "args": [left, right], "result": result,
@@ -1161,23 +1175,52 @@ def from_text(question: str) -> Task | None:
             return f"s:{len(steps) - 1}"
         raise ValueError("not arithmetic")
 
+    # Free text is routed, never refused (DESIGN §12): a number beyond a float (OverflowError),
+    # an infinite result (ValueError) or a sum too long for Python's parser (RecursionError)
+    # makes this "not a math task we can simulate", not a crash.
     try:
-        walk(tree)
-    except (ValueError, RecursionError):
+        walk(ast.parse(" ".join(tokenize_expression(best) or []), mode="eval").body)
+        if not steps:
+            return None
+        answer = steps[-1]["result"]
+        solution = "\n".join(
+            s["text"].format(calc="{} = <<{}={}>>{}".format(
+                display_expr(s["expr"]).format(*(fmt_number(_arg_value(a, steps)) for a in s["args"])),
+                s["expr"].format(*(fmt_number(_arg_value(a, steps), 6) for a in s["args"])),
+                fmt_number(s["result"]), fmt_number(s["result"])))
+            for s in steps
+        ) + f"\n#### {fmt_number(answer, 6)}"
+    except (SyntaxError, ValueError, OverflowError, RecursionError):
         return None
-    if not steps:
-        return None
-    answer = steps[-1]["result"]
-    solution = "\n".join(
-        s["text"].format(calc="{} = <<{}={}>>{}".format(
-            display_expr(s["expr"]).format(*(fmt_number(_arg_value(a, steps)) for a in s["args"])),
-            s["expr"].format(*(fmt_number(_arg_value(a, steps), 6) for a in s["args"])),
-            fmt_number(s["result"]), fmt_number(s["result"])))
-        for s in steps
-    ) + f"\n#### {fmt_number(answer, 6)}"
     meta = {"steps": steps, "answer_step": len(steps) - 1, "answer": answer, "facts": [],
             "traps": traps_in(question), "solution": solution, "source": "free-text"}
     return Task(f"math-text-{stable_id(question)}", DOMAIN, question.strip(), None, meta)
+
+
+def _glued(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` is only part of an expression: glued to a word, a number or
+    an operator that the free-text pattern does not take in."""
+    before, after = text[:start], text[end:]
+    if _GLUED_BEFORE.search(before) or _GLUED_AFTER.match(after):
+        return True
+    return bool(_OPERATOR_NEAR.fullmatch(before.rstrip()[-1:]) or _OPERATOR_NEAR.fullmatch(after.lstrip()[:1]))
+
+
+def _signed_literal(node: ast.AST) -> float | None:
+    """The value of a number or a signed number (``-5``), else None."""
+    sign = 1.0
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        sign = -1.0 if isinstance(node.op, ast.USub) else 1.0
+        node = node.operand
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return sign * float(node.value)
+    return None
+
+
+def _finite(x: float) -> float:
+    if not math.isfinite(x):
+        raise ValueError(f"{x} is not a finite number")
+    return x
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,8 +8,11 @@ import pandas as pd
 import pytest
 
 from orchrm.agents.sandbox.engine import RESULTS_MARKER
+from orchrm.agents.sandbox.noise import NoiseConfig, TierConfig
 from orchrm.collect import collect
+from orchrm.errors import TaskError
 from orchrm.plans import Plan
+from orchrm.tasks import load_tasks
 from orchrm.tokens import count_tokens
 from orchrm.traces import ARTIFACT_COLUMNS, read_table
 
@@ -91,6 +94,25 @@ def test_collection_is_deterministic_whatever_the_workers():
     pd.testing.assert_frame_equal(a.drop(columns="created_at"), b.drop(columns="created_at"))
     c = collect(domains=["math", "webqa"], tasks_per_domain=4, plans_per_task=4, seed=12, workers=1, progress=False)
     assert set(c.artifact_id).isdisjoint(a.artifact_id)
+
+
+def test_a_task_given_twice_is_refused():
+    task = load_tasks("math", 1, seed=0)[0]
+    with pytest.raises(TaskError, match=rf"task id\(s\) '{task.task_id}' given more than once: .* pass each task once"):
+        collect(tasks=[task, task], plans_per_task=2, seed=0, workers=1, progress=False)
+
+
+def test_the_noise_config_is_part_of_the_run_and_artifact_ids():
+    kwargs = dict(domains=["math"], tasks_per_domain=2, plans_per_task=2, seed=0, workers=1, progress=False)
+    default = collect(**kwargs)
+    # the default config named explicitly is the same run
+    explicit = collect(noise=NoiseConfig(), **kwargs)
+    pd.testing.assert_frame_equal(default.drop(columns="created_at"), explicit.drop(columns="created_at"))
+    # another config costs differently, so it is another run with other artifact ids
+    pricey = NoiseConfig(tiers={"small": TierConfig(cost_weight=1.0, skill=1.0), "large": TierConfig(cost_weight=20.0, skill=0.1)})
+    other = collect(noise=pricey, **kwargs)
+    assert other.run_id.nunique() == 1 and other.run_id.iloc[0] != default.run_id.iloc[0]
+    assert set(other.artifact_id).isdisjoint(default.artifact_id)
 
 
 def test_prefix_collection_spends_fewer_tokens():

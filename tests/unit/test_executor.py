@@ -8,6 +8,7 @@ import pytest
 from orchrm import MultiAgentExecutor
 from orchrm.agents.base import NodeOutput
 from orchrm.agents.sandbox.engine import RESULTS_MARKER
+from orchrm.errors import ConfigError, PlanError
 from orchrm.plans import Plan
 from orchrm.tasks.base import Task
 from orchrm.tokens import count_tokens
@@ -109,3 +110,27 @@ def test_plan_with_a_tier_the_backend_lacks_is_refused():
     plan = Plan.parse('<agent id="a" type="CoT" model="medium"/>', tiers=("small", "medium", "large"))
     with pytest.raises(ValueError, match="unknown to backend sandbox"):
         MultiAgentExecutor().run_plan("What is 1 + 1?", plan)
+
+
+def test_run_refuses_a_plan_given_twice():
+    executor = MultiAgentExecutor()
+    text = '<agent id="a1" type="CoT" model="small"/>'
+    with pytest.raises(PlanError, match=r'plan [0-9a-f]{12} \(<agent id="a1" .*\) is given 2 times: .* run each plan once'):
+        executor.run("What is 2 + 3?", plans=[text, Plan.parse(text)])
+
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_fewer_than_one_candidate_plan_is_refused(n):
+    with pytest.raises(ConfigError, match=rf"num_plans must be at least 1, got {n}"):
+        MultiAgentExecutor().run("What is 2 + 3?", num_plans=n)
+    with pytest.raises(ConfigError, match=rf"num_plans must be at least 1, got {n}"):
+        MultiAgentExecutor(num_plans=n)
+
+
+def test_free_text_arithmetic_beyond_a_float_runs_as_a_generic_task():
+    """DESIGN §12: free text is routed to a domain or the generic one, never refused."""
+    executor = MultiAgentExecutor(num_plans=2)
+    text = "What is 1" + "0" * 400 + " + 1?"
+    assert executor.as_task(text).metadata["generic"]
+    artifacts = executor.run(text)
+    assert artifacts.is_final.sum() == 2 and artifacts.quality.isna().all()

@@ -66,6 +66,10 @@ def test_sampled_plans_round_trip(seed):
         ("", r"empty plan text"),
         ("run a CoT please", r"unexpected text in plan"),
         ('<agent type="CoT" model="small"/>', r'needs both id=".." and type=".."'),
+        ('<agent id="a1\n" type="CoT" model="small"/>', r"node id 'a1\\n' is invalid"),
+        ('<agent id="a1" type="CoT" model="small" model="large"/>', r"attribute 'model' twice in <agent id=\"a1\""),
+        ('<agent id="a1" id="b1" type="CoT" model="small"/>', r"attribute 'id' twice"),
+        ('<agent id="a1" type="CoT" model="small"/><edge from="a1" from="a1" to="a1"/>', r"attribute 'from' twice"),
     ],
 )
 def test_invalid_plans_are_rejected_with_the_node_and_the_fix(text, match):
@@ -111,3 +115,43 @@ def test_role_attribute_round_trips():
     text = '<agent id="a1" type="CoT" model="small" role="math_parser"/>'
     assert Plan.parse(text).render() == text
     assert Plan.parse(text).nodes[0].role == "math_parser"
+
+
+@pytest.mark.parametrize(
+    "role",
+    ['say "hi"', "a<b>c", "fish & chips", "&amp; is already escaped", "it's", "two\nlines", "&quot;", ""],
+)
+def test_any_attribute_text_round_trips_through_render_and_parse(role):
+    plan = Plan.build([{"id": "a1", "agent": "CoT", "params": {"model": "small", "role": role}}])
+    text = plan.render()
+    assert Plan.parse(text) == plan
+    assert Plan.parse(text).nodes[0].role == role
+    assert Plan.parse(text).render() == text
+
+
+def test_escaped_attribute_text_is_read_unescaped():
+    plan = Plan.parse('<agent id="a1" type="CoT" model="small" role="x &quot;y&quot; &amp; &lt;z&gt; &apos;"/>')
+    assert plan.nodes[0].role == "x \"y\" & <z> '"
+    assert plan.render() == '<agent id="a1" type="CoT" model="small" role="x &quot;y&quot; &amp; &lt;z&gt; \'"/>'
+
+
+@pytest.mark.parametrize(
+    ("nodes", "edges", "match"),
+    [
+        ([{"agent": "CoT", "params": {"model": "small"}}], [], r"node \{.*\} has no id; give it id="),
+        ([{"id": 1, "agent": "CoT", "params": {"model": "small"}}], [], r"node id 1 is invalid: .* a string"),
+        ([{"id": "a1", "params": {"model": "small"}}], [], r"node 'a1' has no agent type"),
+        ([{"id": "a1", "agent": "CoT", "params": {"model": "small"}}], [("a1", "a2", "a3")], r"edge \('a1', 'a2', 'a3'\) .* \(from, to\)"),
+    ],
+)
+def test_build_rejects_malformed_nodes_and_edges_with_a_plan_error(nodes, edges, match):
+    with pytest.raises(PlanError, match=match):
+        Plan.build(nodes, edges)
+
+
+def test_plans_are_hashable_and_equal_plans_hash_alike():
+    a = Plan.parse(CANONICAL)
+    b = Plan.parse("<edge to='a2' from='a1'/><agent k='5' model='small' type='SelfConsistency' id='a2'/>"
+                   '<agent top_k="5" id="a1" queries="2" type="WebSearch"/>')
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b, Plan.parse('<agent id="a1" type="CoT" model="small"/>')}) == 2

@@ -51,6 +51,21 @@ def test_unmatched_or_empty_queries_return_nothing():
     assert BM25Index([]).search("Paris", top_k=3) == []
 
 
+def test_a_corpus_without_a_single_term_is_an_empty_index():
+    index = BM25Index([Doc("blank", "", ""), Doc("stop", "The", "of the and")])
+    assert len(index) == 2
+    assert index.search("Paris", top_k=3) == [] and index.search("the", top_k=3) == []
+    assert index.scores("Paris").tolist() == [0.0, 0.0]
+
+
+def test_tokenize_keeps_accented_and_non_latin_words_whole():
+    assert tokenize("Café in ZÜRICH, naïve résumé; 東京 ist groß") == ["café", "zürich", "naïve", "résumé", "東京", "ist", "gross"]
+    assert tokenize("cafe\u0301") == tokenize("caf\u00e9") == ["café"]  # decomposed and composed accents agree
+    index = BM25Index([*DOCS, Doc("zurich", "Zürich", "Zürich is the largest city of Switzerland."), Doc("tokyo", "東京", "東京 Tokyo")])
+    assert index.search("zürich", top_k=1)[0].doc_id == "zurich"
+    assert index.search("東京", top_k=1)[0].doc_id == "tokyo"
+
+
 def test_scores_match_search_order_and_results_are_deterministic():
     index = BM25Index(DOCS)
     scores = index.scores("capital city")

@@ -218,6 +218,53 @@ def test_from_text_declines_what_it_cannot_compute(text):
     assert from_text(text) is None
 
 
+@pytest.mark.parametrize(
+    ("text", "reference"),
+    [
+        ("What is -5 + 3?", "-2"),
+        ("What is 5 * -2 + 1?", "-9"),
+        ("What is 3 - -2?", "5"),
+        ("What is (-4) * (2 + 1)?", "-12"),
+    ],
+)
+def test_from_text_reads_negative_numbers(text, reference):
+    task = from_text(text)
+    assert task is not None
+    assert fmt_number(task.metadata["answer"]) == reference
+    assert task.metadata["solution"].endswith(f"#### {reference}")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is 1e5 + 1?",  # scientific notation: the regex would see only "5 + 1"
+        "What is 2 + 1e5?",
+        "What is 1e308 * 10?",
+        "What is x-5+3?",  # algebra, not arithmetic
+        "What is COVID-19 + 1?",
+        "What is 1,000 + 5?",  # digit grouping: the regex would see only "000 + 5"
+        "What is 2^3 + 1?",
+    ],
+)
+def test_from_text_never_computes_from_part_of_an_expression(text):
+    assert from_text(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is 1" + "0" * 400 + " + 1?",  # beyond a float
+        "What is 1" + "0" * 300 + " * 1" + "0" * 300 + "?",  # the product overflows to infinity
+        "What is 1" + "0" * 400 + ".5 + 1?",  # a float literal that parses to infinity
+        "What is " + "+".join(["1"] * 3000) + "?",  # too deep for Python's parser
+    ],
+    ids=["huge-int", "overflowing-product", "huge-float", "deep-sum"],
+)
+def test_from_text_declines_arithmetic_a_float_cannot_hold(text):
+    assert from_text(text) is None
+    assert question_features(text)["max_digits"] >= 1  # the orchestrator still reads it
+
+
 # --- what a reader sees -------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("question", "traps"),

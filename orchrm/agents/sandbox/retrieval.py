@@ -9,9 +9,12 @@ of microseconds. Results are deterministic: higher score first, ties broken by d
 and documents that share no term with the query are never returned. Repeated queries are
 answered from a small per-index cache (a sandbox re-runs the same plans many times).
 
-Tokenisation: lowercase alphanumeric runs, English stop words (bm25s's list) dropped, and a light
-plural rule (``films`` -> ``film``; words ending in ``ss``/``us``/``is`` are kept) so that a
-query and a document agree on simple inflections without a stemmer dependency.
+Tokenisation: runs of Unicode letters and digits of the NFKC-normalised, case-folded text
+(``Zürich`` stays one word, ``東京`` is kept; on ASCII text this is exactly lowercase ``[a-z0-9]+``),
+English stop words (bm25s's list) dropped, and a light plural rule (``films`` -> ``film``; words
+ending in ``ss``/``us``/``is`` are kept) so that a query and a document agree on simple
+inflections without a stemmer dependency. A corpus in which no document has a single term is an
+empty index: every search returns nothing.
 
 >>> from orchrm.agents.sandbox.domain import Doc
 >>> index = BM25Index([Doc("d1", "Paris", "Paris is the capital of France."),
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import re
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -31,7 +35,7 @@ import numpy as np
 
 from orchrm.agents.sandbox.domain import Doc
 
-_WORD = re.compile(r"[a-z0-9]+")
+_WORD = re.compile(r"[^\W_]+")  # letters and digits of any script
 _CACHE_SIZE = 4096
 
 
@@ -45,16 +49,18 @@ _STOP: frozenset[str] | None = None
 
 
 def tokenize(text: str) -> list[str]:
-    """Index/query tokens of ``text``: lowercase words, stop words dropped, plurals folded.
+    """Index/query tokens of ``text``: case-folded words, stop words dropped, plurals folded.
 
-    >>> tokenize("The Films of Paris")
-    ['film', 'paris']
+    >>> tokenize("The Films of Paris"), tokenize("Zürich")
+    (['film', 'paris'], ['zürich'])
     """
     global _STOP
     if _STOP is None:
         _STOP = _stopwords()
     out = []
-    for w in _WORD.findall(text.lower()):
+    if not text.isascii():  # NFKC: composed and decomposed accents give the same word
+        text = unicodedata.normalize("NFKC", text)
+    for w in _WORD.findall(text.casefold()):
         if w in _STOP:
             continue
         if len(w) > 3 and w[-1] == "s" and w[-2] not in "su" and not w.endswith("is"):
@@ -76,10 +82,10 @@ class BM25Index:
         self.docs: tuple[Doc, ...] = tuple(docs)
         corpus = [tokenize(f"{d.title} {d.text}") for d in self.docs]
         self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
-        if self.docs:
-            # an empty-token vocabulary entry lets documents with no terms be indexed
+        self._vocab: dict[str, int] = {}
+        if any(corpus):  # bm25s cannot index a corpus without a single term: that is an empty index
             self._bm25.index(corpus, show_progress=False)
-        self._vocab: dict[str, int] = getattr(self._bm25, "vocab_dict", {})
+            self._vocab = getattr(self._bm25, "vocab_dict", {})
         self._cache: OrderedDict[tuple[str, int], tuple[tuple[int, float], ...]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -96,8 +102,6 @@ class BM25Index:
         """
         terms = sorted({t for t in tokenize(query) if t in self._vocab})
         total = np.zeros(len(self.docs), dtype=np.float64)
-        if not self.docs:
-            return total
         for t in terms:
             total += self._bm25.get_scores_from_ids([self._vocab[t]])
         return total
