@@ -1150,7 +1150,7 @@ def from_text(question: str) -> Task | None:
         toks = tokenize_expression(cand)
         if toks is None or not any(t in "+-*/" for t in toks[1:]):  # toks[0]: a sign, not an operation
             continue
-        if _glued(text, m.start(), m.end()):
+        if expression_is_partial(text, m.start(), m.end()):
             return None
         if best is None or len(cand) > len(best):
             best = cand
@@ -1197,9 +1197,10 @@ def from_text(question: str) -> Task | None:
     return Task(f"math-text-{stable_id(question)}", DOMAIN, question.strip(), None, meta)
 
 
-def _glued(text: str, start: int, end: int) -> bool:
+def expression_is_partial(text: str, start: int, end: int) -> bool:
     """Whether ``text[start:end]`` is only part of an expression: glued to a word, a number or
-    an operator that the free-text pattern does not take in."""
+    an operator that the free-text pattern does not take in (``1e5 + 1``, ``x - 5 + 3``,
+    ``1,000 + 5``, ``2^3 + 1``): computing the part would give a wrong answer."""
     before, after = text[:start], text[end:]
     if _GLUED_BEFORE.search(before) or _GLUED_AFTER.match(after):
         return True

@@ -15,7 +15,7 @@ from orchrm.tasks.base import Task, stable_id
 
 _CODE = re.compile(r"\bdef\s+\w+\s*\(|\bpython\b|\bfunction\b|\bimplement\b|\breturn\b|```", re.I)
 _MATH = re.compile(
-    r"\b(solve|calculate|compute|how (many|much)|sum|product|integral|derivative|equation|percent|average|total)\b|[\d)]\s*[-+*/^=]\s*[\d(x]",
+    r"\b(solve|calculate|compute|how (many|much)|sum|product|integral|derivative|equation|percent|average|total)\b|[\d)]\s*[-+*/^=]\s*-?[\d(x]",
     re.I,
 )
 _MULTIHOP = re.compile(r"\b(of the|whose|which|that)\b.*\b(of the|whose|which|that|where|who)\b", re.I)

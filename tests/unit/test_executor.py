@@ -134,3 +134,23 @@ def test_free_text_arithmetic_beyond_a_float_runs_as_a_generic_task():
     assert executor.as_task(text).metadata["generic"]
     artifacts = executor.run(text)
     assert artifacts.is_final.sum() == 2 and artifacts.quality.isna().all()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is 1e5 + 1?",  # read from part of it: 5 + 1 = 6
+        "Is 1e300 * 1e300 big?",  # an infinite answer
+        "What is " + "+".join(["1"] * 3000) + "?",  # too deep for Python's parser
+    ],
+)
+def test_generic_tasks_give_no_answer_rather_than_a_wrong_one_or_a_crash(text):
+    executor = MultiAgentExecutor(num_plans=2)
+    assert executor.as_task(text).metadata["generic"]
+    finals = executor.run(text).query("is_final")
+    assert len(finals) == 2 and finals["answer"].isna().all()
+
+
+def test_signed_arithmetic_is_routed_to_math():
+    task = MultiAgentExecutor(num_plans=1).as_task("What is 5 * -2?")
+    assert task.domain == "math" and task.metadata["answer"] == -10.0

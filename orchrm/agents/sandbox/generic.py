@@ -9,6 +9,7 @@ unknown (None); pass a quality function to the comparator, or use a real LLM bac
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import random
 import re
@@ -16,13 +17,15 @@ from dataclasses import dataclass
 
 from orchrm.agents.sandbox.domain import Attempt, Context, Retrieval, SandboxDomain
 from orchrm.tasks.base import Task
+from orchrm.tasks.math import expression_is_partial
 
 _EXPR = re.compile(r"[\d.]+(?:\s*[-+*/^]\s*\(?\s*[\d.]+\s*\)?)+")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.Pow: operator.pow}
 
 
 def safe_eval(expr: str) -> float | None:
-    """Evaluate + - * / ^ arithmetic without eval(); None if it is not plain arithmetic."""
+    """Evaluate + - * / ^ arithmetic without eval(); None if it is not plain arithmetic, too deep
+    to parse, or its value is not a finite float."""
 
     def ev(node: ast.AST) -> float:
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
@@ -37,9 +40,10 @@ def safe_eval(expr: str) -> float | None:
         raise ValueError("not arithmetic")
 
     try:
-        return ev(ast.parse(expr.replace("^", "**"), mode="eval").body)
-    except (ValueError, SyntaxError, ZeroDivisionError, OverflowError):
+        value = ev(ast.parse(expr.replace("^", "**"), mode="eval").body)
+    except (ValueError, SyntaxError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
         return None
+    return value if math.isfinite(value) else None
 
 
 def _fmt(x: float) -> str:
@@ -58,6 +62,8 @@ class GenericDomain(SandboxDomain):
 
     def prepare(self, task: Task) -> GenericState:
         m = _EXPR.search(task.question)
+        if m and expression_is_partial(task.question, m.start(), m.end()):
+            m = None  # "1e5 + 1" is not "5 + 1": no answer beats a wrong one
         value = safe_eval(m.group(0)) if m else None
         return GenericState(m.group(0) if m and value is not None else None, value)
 
