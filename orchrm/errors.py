@@ -38,3 +38,9 @@ class TrainingError(OrchRMError, RuntimeError):
 class OutputPathError(OrchRMError, ValueError):
     """An output cannot be written where it was asked for (a file where a folder must be, no
     permission, the command's own input); names the path and the fix."""
+
+
+class SandboxUnavailableError(OrchRMError, RuntimeError):
+    """The code sandbox itself failed (its worker could not start, or could not run a job), so
+    no program ran: its quality is not 0 but unmeasured. Stops the collection rather than
+    scoring every program 0.0, which would turn into wrong chosen-over-rejected pairs."""

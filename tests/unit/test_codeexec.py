@@ -58,6 +58,17 @@ def test_bind_prelude_and_missing_entry_point(ex):
     assert "does not define 'add'" in res.results[0].reason
 
 
+def test_programs_that_look_up_their_own_module_load(ex):
+    """@dataclass and typing.get_type_hints find a class's module in sys.modules by name."""
+    prog = (
+        "import dataclasses, typing\n"
+        "@dataclasses.dataclass\nclass P:\n    x: int\n    y: int = 2\n"
+        "def f():\n    return (P(1).y, typing.get_type_hints(P)['x'].__name__)\n"
+    )
+    res = ex.run(prog, [Check("f()", kind="eval", expected="(2, 'int')")])
+    assert res.status == "ok" and res.passed == 1, res
+
+
 def test_syntax_error_fails_every_check(ex):
     res = ex.run("def f(:\n", [Check("f()", kind="eval"), Check("assert True")])
     assert res.status == "load_error"

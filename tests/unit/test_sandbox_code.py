@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import random
 import statistics
+import tempfile
 
 import pytest
 
 from orchrm.agents.sandbox import SandboxBackend
-from orchrm.agents.sandbox.code import CodeDomain, Program, docs_index, extract_program, python_docs
+from orchrm.agents.sandbox.code import (
+    CodeDomain,
+    Program,
+    SandboxUnavailableError,
+    docs_index,
+    extract_program,
+    python_docs,
+)
 from orchrm.agents.sandbox.domain import Attempt, Context, Retrieval
 from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.executor import MultiAgentExecutor
@@ -83,6 +91,33 @@ def test_quality_is_the_pass_rate_of_the_hidden_asserts(dom):
     assert dom.quality(strlen, "    return len(string)\n") == 1.0  # a bare body completes the prompt
     assert dom.quality(strlen, "def strlen(s):\n    while True:\n        pass\n") == 0.0  # timeouts fail
     assert dom.quality(strlen, None) == 0.0
+
+
+def break_sandbox(dom: CodeDomain, monkeypatch, missing_dir) -> None:
+    """Stop the domain's sandbox worker and make every restart fail for real: its temporary
+    directory (the worker's working directory) no longer exists."""
+    dom.executor.close()
+    monkeypatch.setattr(tempfile, "tempdir", str(missing_dir))
+
+
+def test_a_broken_sandbox_stops_the_run_instead_of_scoring_programs_zero(monkeypatch, tmp_path):
+    """An infrastructure failure says nothing about the program: scoring it 0.0 (and memoising
+    that) would rank correct programs below incorrect ones in the training pairs."""
+    ex = MultiAgentExecutor(orchestrator="base")
+    t = task("humaneval-53")
+    dom = ex.backend.domain(t)
+    break_sandbox(dom, monkeypatch, tmp_path / "gone")
+    with pytest.raises(SandboxUnavailableError, match=r"code sandbox could not run a program .*FileNotFoundError.*TMPDIR"):
+        ex.run_plan(t, Plan.parse(COT_S), seed=0)  # preparing the task already needs the sandbox
+    monkeypatch.undo()
+    assert ex.run_plan(t, Plan.parse(COT_S), seed=0).quality is not None  # repaired: the run works
+
+    right = t.question + t.metadata["canonical_solution"]
+    break_sandbox(dom, monkeypatch, tmp_path / "gone")
+    with pytest.raises(SandboxUnavailableError, match="instead of scoring it 0"):
+        dom.quality(t, right)
+    monkeypatch.undo()
+    assert dom.quality(t, right) == 1.0  # the failure was not memoised as this program's quality
 
 
 def test_extract_program_prefers_the_fenced_block():

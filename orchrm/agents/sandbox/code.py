@@ -26,7 +26,8 @@ each tied to something a reader of the prompt can see:
 
 Quality is the pass rate of the hidden tests (HumanEval's ``check`` split into one assert
 each), executed in the sandbox. Programs, probe outputs and test results are memoised per
-process, so repeated mutants cost nothing.
+process, so repeated mutants cost nothing. When the sandbox itself fails (its worker cannot
+start), :class:`SandboxUnavailableError` stops the run: an unmeasured program is not scored 0.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from orchrm.agents.sandbox.codeexec import Check, CodeExecutor, Limits, RunResult
 from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval, SandboxDomain
 from orchrm.agents.sandbox.noise import NoiseConfig
-from orchrm.errors import ConfigError, TaskError
+from orchrm.errors import ConfigError, SandboxUnavailableError, TaskError
 from orchrm.tasks.base import Task
 from orchrm.tasks.code import docstring, entry_function, trap_cues
 
@@ -464,7 +465,7 @@ class CodeDomain(SandboxDomain):
         call_mutations = tuple(m for m in catalogue if m.kind in ("api", "call"))
 
         examples = list(meta.get("examples", ()))
-        canon_probe = self.executor.run(program, [Check(e["call"], kind="eval", expected=e["expected"]) for e in examples])
+        canon_probe = self._run(program, [Check(e["call"], kind="eval", expected=e["expected"]) for e in examples])
         probe_checks = []
         for e, r in zip(examples, canon_probe.results, strict=True):
             if r.error is not None and r.output is None:
@@ -619,6 +620,20 @@ class CodeDomain(SandboxDomain):
             self._code_memo[key] = code
         return code
 
+    def _run(self, program: str, checks: Sequence[Check], *, prelude: str = "", bind: dict[str, str] | None = None) -> RunResult:
+        """``executor.run``, raising :class:`SandboxUnavailableError` when the sandbox itself failed
+        (status ``error``; the program's own failures are ``load_error``, ``timeout`` and
+        ``crashed``). Nothing is memoised then, so a later call runs the program again."""
+        res = self.executor.run(program, checks, prelude=prelude, bind=bind)
+        if res.status == "error":
+            raise SandboxUnavailableError(
+                f"the code sandbox could not run a program ({res.message}); no quality can be measured, so "
+                f"the collection stops instead of scoring it 0. Check that {sys.executable} can be started as a "
+                "subprocess and can fork (free memory, process limits, a writable temporary directory: TMPDIR), "
+                "then run again"
+            )
+        return res
+
     def _execute(self, st: CodeState, code: str) -> tuple[RunResult, float]:
         """Run ``code`` once in the sandbox: its outputs on the docstring example inputs, then
         the hidden tests (one job, one fork). Memoised per program."""
@@ -626,9 +641,7 @@ class CodeDomain(SandboxDomain):
         hit = self._exec_memo.get(key)
         if hit is None:
             n = len(st.probe_checks)
-            res = self.executor.run(
-                code, st.probe_checks + st.test_checks, prelude=st.test_prelude, bind={"candidate": st.entry_point}
-            )
+            res = self._run(code, st.probe_checks + st.test_checks, prelude=st.test_prelude, bind={"candidate": st.entry_point})
             probe = RunResult(res.results[:n], res.status, res.message)
             tests = res.results[n:]
             hit = (probe, sum(r.passed for r in tests) / len(tests) if tests else 0.0)
@@ -894,4 +907,7 @@ def python_docs_cached() -> list[Doc]:
     return _DOCS
 
 
-__all__ = ["API_SWAPS", "CodeDomain", "CodeState", "Mutation", "Program", "docs_index", "extract_program", "python_docs"]
+__all__ = [
+    "API_SWAPS", "CodeDomain", "CodeState", "Mutation", "Program", "SandboxUnavailableError", "docs_index", "extract_program",
+    "python_docs",
+]

@@ -6,17 +6,24 @@ standard library modules generated code tends to use) and sends it jobs over a p
 job the zygote forks a child (about a millisecond, instead of the 30-50 ms of a new interpreter)
 that, before running anything it was given:
 
-- becomes the leader of its own process group (the zygote kills the whole group on timeout);
-- points stdin/stdout/stderr at ``/dev/null`` and closes every other inherited descriptor;
+- becomes the leader of its own process group (on timeout the zygote kills the child by pid
+  and its group, and it always reaps the child and removes its directory);
+- points stdin/stdout/stderr at ``/dev/null`` and closes every other inherited descriptor but
+  the result pipe, on which every line starts with a random per-job token: a program that
+  writes to the pipe itself fails every check instead of forging a result;
 - moves into a fresh temporary working directory (removed afterwards) and replaces its
   environment with a minimal one (``PATH``, ``HOME`` and ``TMPDIR`` set to that directory, a
-  locale), so no secret of the caller is visible;
+  locale), so no secret of the caller's environment is visible;
 - sets resource limits: address space (``RLIMIT_AS``), CPU time, file size, open files, no core
   dumps, no child processes;
 - installs an audit hook (:pep:`578`) that refuses network access (every ``socket.*`` event),
   process creation (``os.fork``, ``os.posix_spawn``, ``os.exec*``, ``os.system``,
-  ``subprocess.Popen``, ...), signals to other processes, native code through ``ctypes``, and
-  writes, renames or deletions outside the working directory.
+  ``subprocess.Popen``, ...), signals to other processes, native code through ``ctypes``,
+  writes, renames or deletions outside the working directory, opening a directory outside it
+  (its descriptor would let ``dir_fd=`` calls write there unseen), reading anything under
+  ``/proc`` (other processes' environments, the child's own descriptors and memory), and
+  importing the C modules that write files without an audit event (``sqlite3``, ``dbm.gnu``,
+  ``dbm.ndbm``).
 
 The zygote also moves itself into a new, empty network namespace when the kernel allows it
 (``unshare(CLONE_NEWNET)``, usually needs root or user namespaces), so even code that slipped
@@ -34,7 +41,7 @@ repeat).
 
 The sandbox stops accidents, loops, bombs and sloppy code; it is not a boundary against a
 determined attacker who studies CPython internals (audit hooks can be bypassed from inside the
-interpreter). Run a deployment that executes hostile code inside a container or VM as well.
+interpreter, and a program that walks its caller's frames can read the result token). Run a deployment that executes hostile code inside a container or VM as well.
 
 This module imports only the standard library: the zygote loads it on its own, without the
 ``orchrm`` package.
@@ -62,6 +69,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -117,7 +125,8 @@ class RunResult:
     """All check results of one job, in order. ``status``: ``ok`` (the program loaded and every
     check reported), ``load_error`` (the program itself raised; every check fails with that
     reason), ``timeout`` (the job ran past its total time and was killed), ``crashed`` (the
-    child died, e.g. on a signal) or ``error`` (the sandbox itself failed)."""
+    child died, e.g. on a signal) or ``error`` (the sandbox itself failed, not the program:
+    the checks were not run, so the result says nothing about the program and is not cached)."""
 
     results: tuple[CheckResult, ...]
     status: str
@@ -407,20 +416,32 @@ _PATH_EVENTS = {  # event -> indices of the path arguments that must stay inside
     "os.chflags": (0,), "os.lchown": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_FOLDER_FLAGS = getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_PATH", 0)
+# extension modules that create and write files from C without raising an audit event (SQLite's
+# connect, ATTACH and VACUUM INTO; dbm files): the hook cannot see where they write, so they are
+# refused on import (the zygote must never preload them, or this check comes too late)
+_NATIVE_WRITERS = frozenset({"_sqlite3", "_dbm", "_gdbm"})
 
 
 def _install_audit_hook(workdir: str, violations: list[str]) -> None:
     root = os.path.realpath(workdir) + os.sep
 
-    def inside(path: object) -> bool:
-        if isinstance(path, int):
-            return True  # an already open descriptor
+    def absolute(path: object) -> str:
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         if not isinstance(path, str):
             path = os.fspath(path)
-        full = os.path.normpath(os.path.join(os.getcwd(), path))
-        return (full + os.sep).startswith(root)
+        return os.path.normpath(os.path.join(os.getcwd(), path))
+
+    def inside(path: object) -> bool:
+        if isinstance(path, int):
+            return True  # an already open descriptor
+        return (absolute(path) + os.sep).startswith(root)
+
+    def under_proc(full: str) -> bool:
+        # /proc/<pid>/environ and cmdline of the caller, /proc/self/fd/<n> (which reopens the
+        # result pipe) and /proc/self/mem: all reachable through symlinks too (/dev/fd, /proc/self/root)
+        return any(p == "/proc" or p.startswith("/proc/") for p in (full, os.path.realpath(full)))
 
     def refuse(kind: str, event: str) -> None:
         message = f"{kind} blocked: {event}"
@@ -430,17 +451,28 @@ def _install_audit_hook(workdir: str, violations: list[str]) -> None:
     def hook(event: str, args: tuple) -> None:
         if event == "open":
             path, mode, flags = args
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & _WRITE_FLAGS
-            )
-            if writing and path is not None and not inside(path):
-                refuse("filesystem write", f"open({path!r}) outside the working directory")
+            if path is None or isinstance(path, int):
+                return
+            flags = flags if isinstance(flags, int) else 0
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or flags & _WRITE_FLAGS
+            full = absolute(path)
+            if not (full + os.sep).startswith(root):
+                if writing:
+                    refuse("filesystem write", f"open({path!r}) outside the working directory")
+                # the "open" event does not carry os.open's dir_fd: a descriptor of an outside
+                # folder would let a later relative open write there unseen
+                if flags & _FOLDER_FLAGS or os.path.isdir(full):
+                    refuse("filesystem write", f"open({path!r}), a folder outside the working directory")
+            if under_proc(full):
+                refuse("filesystem read", f"open({path!r}) under /proc (other processes and the sandbox's own pipes)")
         elif event.startswith("socket."):
             refuse("network", event)
         elif event in _PROCESS_EVENTS:
             refuse("process creation" if event not in ("os.kill", "os.killpg", "signal.pthread_kill") else "signal", event)
         elif event.startswith("ctypes."):
             refuse("native code", event)
+        elif event == "import" and args and args[0] in _NATIVE_WRITERS:
+            refuse("filesystem write", f"import {args[0]} (it writes files the sandbox cannot check)")
         elif event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
                 if i < len(args) and args[i] is not None and not inside(args[i]):
@@ -496,8 +528,10 @@ def _reason(exc: BaseException, timeout: float, violations: list[str], seen: int
     return f"{type(exc).__name__}: {detail}"[:_REASON_CHARS], type(exc).__name__
 
 
-def _child(job: dict, workdir: str, wfd: int) -> None:
-    """Runs in the forked child: isolate, limit, hook, then run the job and stream results."""
+def _child(job: dict, workdir: str, wfd: int, token: bytes) -> None:
+    """Runs in the forked child: isolate, limit, hook, then run the job and stream results, one
+    line each, prefixed with the job's ``token`` (the program can write to ``wfd`` too, but
+    does not know the token, so it cannot forge a result)."""
     import resource
 
     os.setpgid(0, 0)
@@ -532,12 +566,17 @@ def _child(job: dict, workdir: str, wfd: int) -> None:
     signal.signal(signal.SIGALRM, alarm)
 
     def emit(record: list) -> None:
-        os.write(wfd, (json.dumps(record) + "\n").encode())
+        os.write(wfd, token + json.dumps(record).encode() + b"\n")
 
     violations: list[str] = []
     _install_audit_hook(workdir, violations)
     timeout = float(job["check_timeout"])
-    ns: dict = {"__name__": "__sandbox__", "__builtins__": __builtins__}
+    # the program's namespace is a real module (the child's own sys.modules: nothing leaks), so
+    # what looks its module up by name works: @dataclass, typing.get_type_hints, pickle
+    module = types.ModuleType("__sandbox__")
+    module.__builtins__ = __builtins__
+    sys.modules["__sandbox__"] = module
+    ns: dict = module.__dict__
 
     def timed(fn):
         signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -594,61 +633,140 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _run_job(job: dict) -> dict:
-    """In the zygote: fork a child for ``job``, collect its streamed results within the time
-    limit, kill its process group when the limit passes, and summarise."""
-    import shutil
+_LINE_BYTES = 64 * 1024  # a result line is well under 4 KiB; anything longer is not the harness's
+_REAP_S = 5.0  # how long a SIGKILLed child may take to die before the zygote stops waiting
+_UNREAPED: set[int] = set()  # children that outlived SIGKILL (e.g. stuck in the kernel): reaped later
 
-    n = len(job["checks"])
-    workdir = tempfile.mkdtemp(prefix="orchrm-exec-")
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        status = 0
-        try:
-            os.close(rfd)
-            _child(job, workdir, wfd)
-        except BaseException:  # noqa: BLE001
-            status = 1
-        finally:
-            os._exit(status)
-    os.close(wfd)
-    with contextlib.suppress(OSError):
-        os.setpgid(pid, pid)
-    total = float(job["total_timeout"])
-    deadline = time.monotonic() + total + 0.25  # grace for fork and loading
-    records: list = []
-    buf = b""
-    load: list | None = None
-    killed = False
+
+def _result(line: bytes, token: bytes, *, first: bool) -> list | None:
+    """The record on one line of the result pipe, or None when the harness did not write it
+    (no token, not JSON, or the wrong shape: the program wrote to the pipe)."""
+    if not line.startswith(token):
+        return None
+    try:
+        rec = json.loads(line[len(token) :])
+    except ValueError:
+        return None
+    if not isinstance(rec, list):
+        return None
+    if first:
+        ok = len(rec) == 2 and rec[0] == "load" and (rec[1] is None or isinstance(rec[1], str))
+    else:
+        ok = len(rec) == 4 and isinstance(rec[0], bool) and isinstance(rec[1], str) and all(x is None or isinstance(x, str) for x in rec[2:])
+    return rec if ok else None
+
+
+def _wait(pid: int, pidfd: int | None, deadline: float) -> int | None:
+    """The wait status of ``pid`` once it has exited, or None if it still runs at ``deadline``."""
     while True:
+        done, wstatus = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return wstatus
         left = deadline - time.monotonic()
         if left <= 0:
-            killed = True
-            break
-        ready, _, _ = select.select([rfd], [], [], left)
-        if not ready:
-            killed = True
-            break
-        chunk = os.read(rfd, 65536)
-        if not chunk:
-            break
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        for line in lines:
-            rec = json.loads(line)
-            if load is None:
-                load = rec
-            else:
-                records.append(rec)
-    if killed:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-    os.close(rfd)
-    _, wstatus = os.waitpid(pid, 0)
-    shutil.rmtree(workdir, ignore_errors=True)
+            return None
+        if pidfd is None:
+            time.sleep(min(left, 0.005))
+        else:
+            select.select([pidfd], [], [], left)  # readable once the process has exited
 
-    if killed:
+
+def _kill(pid: int) -> None:
+    """SIGKILL the child and its process group. The child itself is signalled by pid: it may
+    have left its group (``os.setpgid`` raises no audit event), and the hook stops it from
+    starting processes of its own, so nothing else of the job can be left running."""
+    for kill in (os.kill, os.killpg):
+        with contextlib.suppress(OSError):
+            kill(pid, signal.SIGKILL)
+
+
+def _run_job(job: dict) -> dict:
+    """In the zygote: fork a child for ``job``, collect its streamed results within the time
+    limit, kill it (and its process group) when the limit passes or when the program writes to
+    the result pipe itself, always reap it and remove its folder, and summarise."""
+    import shutil
+
+    for pid in list(_UNREAPED):
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                continue
+        except ChildProcessError:
+            pass
+        _UNREAPED.discard(pid)
+    n = len(job["checks"])
+    total = float(job["total_timeout"])
+    token = os.urandom(16).hex().encode()
+    workdir = tempfile.mkdtemp(prefix="orchrm-exec-")
+    try:
+        rfd, wfd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(rfd)
+            os.close(wfd)
+            raise
+        if pid == 0:  # the child
+            status = 0
+            try:
+                os.close(rfd)
+                _child(job, workdir, wfd, token)
+            except BaseException:  # noqa: BLE001
+                status = 1
+            finally:
+                os._exit(status)
+        os.close(wfd)
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        pidfd = None
+        with contextlib.suppress(AttributeError, OSError):
+            pidfd = os.pidfd_open(pid)
+        deadline = time.monotonic() + total + 0.25  # grace for fork and loading
+        records: list = []
+        load: list | None = None
+        killed = forged = False
+        wstatus = None
+        try:
+            buf = b""
+            while not forged:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([rfd], [], [], left)[0]:
+                    killed = True
+                    break
+                chunk = os.read(rfd, 65536)
+                if not chunk:
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                forged = len(buf) > _LINE_BYTES
+                for line in lines:
+                    rec = _result(line, token, first=load is None)
+                    if rec is None:
+                        forged = True
+                        break
+                    if load is None:
+                        load = rec
+                    else:
+                        records.append(rec)
+            if not (killed or forged):
+                # the pipe is closed, but a program that closed it itself may still be running
+                wstatus = _wait(pid, pidfd, deadline)
+                killed = wstatus is None
+        finally:
+            if wstatus is None:
+                _kill(pid)
+                wstatus = _wait(pid, pidfd, time.monotonic() + _REAP_S)
+                if wstatus is None:
+                    _UNREAPED.add(pid)
+            os.close(rfd)
+            if pidfd is not None:
+                os.close(pidfd)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    if forged:
+        status, reason = "crashed", "crashed (the program wrote to the sandbox's result pipe)"
+        load, records = None, []
+    elif killed:
         status, reason = "timeout", f"timeout after {total:g}s (job killed)"
     elif os.WIFSIGNALED(wstatus):
         sig = os.WTERMSIG(wstatus)
