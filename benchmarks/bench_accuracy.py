@@ -18,6 +18,7 @@ Run niced on a shared machine (collection is cached under ``.orchrm/bench``)::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -47,12 +48,17 @@ ENCODERS: dict[str, tuple[dict, dict]] = {
 
 
 def sandbox_pairs(tasks_per_domain: int, plans: int = 8, seed: int = 0, *, cache: Path = CACHE) -> pd.DataFrame:
-    """The pair table of a sandbox collection (cached by its arguments)."""
+    """The pair table of a sandbox collection, cached by its arguments and the package's source
+    (a table built by other code is never reused)."""
+    import orchrm
     from orchrm.collect import collect
     from orchrm.pairs import build_pairs
     from orchrm.traces import read_table, write_table
 
-    path = cache / f"pairs-t{tasks_per_domain}-p{plans}-s{seed}.parquet"
+    source = hashlib.sha256()
+    for file in sorted(Path(orchrm.__file__).parent.rglob("*.py")):
+        source.update(file.read_bytes())
+    path = cache / f"pairs-t{tasks_per_domain}-p{plans}-s{seed}-{source.hexdigest()[:12]}.parquet"
     if path.exists():
         return read_table(path)
     t0 = time.perf_counter()

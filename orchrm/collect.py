@@ -15,6 +15,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from datetime import UTC, datetime
 from multiprocessing import get_context
 from pathlib import Path
@@ -23,7 +24,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from orchrm.agents.sandbox.noise import NoiseConfig
-from orchrm.errors import TaskError
+from orchrm.errors import CollectionError, TaskError
 from orchrm.executor import MultiAgentExecutor
 from orchrm.orchestrators import get_sampler
 from orchrm.plans import Plan
@@ -186,12 +187,20 @@ def collect(
                 results[i] = run_tasks(c, **kwargs)
                 bar.update(len(c))
         else:
-            with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
-                futures = {pool.submit(run_tasks, c, **kwargs): i for i, c in enumerate(chunks)}
-                for fut in as_completed(futures):
-                    i = futures[fut]
-                    results[i] = fut.result()
-                    bar.update(len(chunks[i]))
+            try:
+                with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
+                    futures = {pool.submit(run_tasks, c, **kwargs): i for i, c in enumerate(chunks)}
+                    for fut in as_completed(futures):
+                        i = futures[fut]
+                        results[i] = fut.result()
+                        bar.update(len(chunks[i]))
+            except BrokenProcessPool:
+                raise CollectionError(
+                    f"a collection worker process died before it finished ({workers} workers). Called from a "
+                    "script? Worker processes start fresh and import the script again: put the call under "
+                    "`if __name__ == \"__main__\":`. Otherwise it may have run out of memory: use fewer workers "
+                    "(workers=1 runs in this process)"
+                ) from None
     finally:
         bar.close()
     rows = [r for i in range(len(chunks)) for r in results[i]]

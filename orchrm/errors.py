@@ -23,6 +23,10 @@ class TraceSchemaError(OrchRMError, ValueError):
     """External traces or an artifact table break the schema (DESIGN §3); names rows and columns."""
 
 
+class CollectionError(OrchRMError, RuntimeError):
+    """Collection could not finish (a worker process died); names the likely cause and the fix."""
+
+
 class DataQualityError(OrchRMError):
     """A Great Expectations gate failed; lists every failed expectation with offending rows."""
 

@@ -151,3 +151,16 @@ def test_collection_does_not_depend_on_the_hash_seed(tmp_path):
         subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, timeout=600)
         frames.append(pd.read_parquet(out))
     pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path):
+    """Workers start with 'spawn' and import the calling script again: unguarded, it breaks them."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from orchrm.collect import collect\n"
+        "collect(domains=['math'], tasks_per_domain=4, plans_per_task=2, workers=2, progress=False)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "CollectionError: a collection worker process died" in proc.stderr
+    assert 'put the call under `if __name__ == "__main__":`' in proc.stderr
