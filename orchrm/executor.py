@@ -11,6 +11,7 @@ signal needs only a plan prefix to have run, and tokens are spent only on what r
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -26,6 +27,8 @@ from orchrm.orchestrators import BaseSampler, RoleSampler, SpecializedSampler, g
 from orchrm.plans import Plan
 from orchrm.tasks.base import Task, stable_id
 from orchrm.traces import artifacts_frame
+
+log = logging.getLogger(__name__)
 
 
 def execution_seed(seed: int, task_id: str, plan_id: str, repeat: int = 0) -> int:
@@ -132,11 +135,16 @@ class MultiAgentExecutor:
     # plans --------------------------------------------------------------------------------
     def sample_plans(self, task: Task | str, n: int | None = None, *, seed: int | None = None) -> list[Plan]:
         """``n`` (default ``num_plans``) distinct candidate plans for ``task`` from this executor's
-        orchestrator."""
+        orchestrator; fewer, with a warning, where fewer exist (a small set of roles: one
+        ``calculator`` makes few different plans)."""
         n = self.num_plans if n is None else _check_num_plans(n)
         task = self.as_task(task)
         rng = random.Random(int(stable_id("plans", self.seed if seed is None else seed, task.task_id, n=16), 16))
-        return self.sampler.sample(task, n, rng)
+        plans = self.sampler.sample(task, n, rng)
+        if len(plans) < n:
+            source = f"the roles {list(self.agents)}" if self.agents else f"the {self.orchestrator!r} orchestrator"
+            log.warning("only %d distinct plans found for %s (asked for %d); running those", len(plans), source, n)
+        return plans
 
     # execution ----------------------------------------------------------------------------
     def run_plan(

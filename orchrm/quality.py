@@ -24,8 +24,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-#: a sign counts only where no digit comes right before it: "10-12" is 10 and 12, not 10 and -12
-_NUMBER = re.compile(r"(?<![\d.])-?\d[\d,]*(?:\.\d+)?|(?<![\d.])-?\.\d+")
+#: a number: thousands grouped by commas only in threes ("1,234,567"; "12,5" is 12 and no more, a
+#: comma list "3,4" is 3), an optional fraction and exponent ("1.5e3"). A sign counts only where no
+#: digit comes right before it: "10-12" is 10 and 12, not 10 and -12
+_NUMBER = re.compile(
+    r"(?<![\d.,])-?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|(?<![\d.,])-?\.\d+(?:[eE][-+]?\d+)?"
+)
+#: a grade out of ten written as such: "8/10", "3 out of 10"
+_OUT_OF_TEN = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(?:/|out of)\s*10(?![\d.])", re.I)
 #: minus signs other than the ASCII hyphen: the Unicode minus (typeset and LaTeX-rendered output)
 _MINUS = str.maketrans({"\u2212": "-"})
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -36,21 +42,26 @@ class QualityFn(Protocol):
     def __call__(self, artifact: Mapping[str, Any]) -> float: ...
 
 
+def _numbers(text: str) -> list[float]:
+    out = []
+    for token in _NUMBER.findall(text.translate(_MINUS)):
+        value = float(token.replace(",", ""))
+        out.append(value)
+    return out
+
+
 def parse_number(text: str | None) -> float | None:
-    """The last number in ``text`` (commas, $ and trailing .0 tolerated), or None."""
+    """The last number in ``text`` (thousands commas, $, a trailing .0 and exponents tolerated),
+    or None; None too when it does not fit a float (1e400, 400 digits)."""
     if text is None:
         return None
-    found = _NUMBER.findall(str(text).translate(_MINUS))
-    if not found:
-        return None
-    try:
-        return float(found[-1].replace(",", ""))
-    except ValueError:
-        return None
+    found = _numbers(str(text))
+    return found[-1] if found and math.isfinite(found[-1]) else None
 
 
 def numeric_match(prediction: str | None, reference: str | None, *, tol: float = 1e-6) -> float:
-    """1.0 when the last numbers of both texts are equal (relative tolerance ``tol``), else 0.0."""
+    """1.0 when the last numbers of both texts are equal within ``tol`` (relative, or absolute near
+    zero), else 0.0."""
     p, r = parse_number(prediction), parse_number(reference)
     if p is None or r is None:
         return 0.0
@@ -90,6 +101,8 @@ def token_f1(prediction: str | None, references: str | list[str] | None) -> floa
 
 def pass_rate(passed: int, total: int) -> float:
     """Fraction of unit tests passed (0.0 when there are none)."""
+    if passed < 0 or total < 0 or passed > total:
+        raise ValueError(f"pass_rate({passed}, {total}): passed tests must be between 0 and the total")
     return passed / total if total > 0 else 0.0
 
 
@@ -115,8 +128,9 @@ class LLMJudge:
     """Quality from a judge: ``judge(prompt) -> str`` is any callable (an LLM client, a person).
 
     The judge sees the question, the artifact's content and, if known, the reference; it must
-    answer with a number in [0, 10] somewhere in its reply. ``LLMJudge(judge)(artifact)`` returns
-    that number / 10. Nothing here calls a network by itself.
+    answer with a grade in [0, 10] somewhere in its reply: one written out of ten ("8/10", "3 out
+    of 10"), else the first number from 0 to 10. ``LLMJudge(judge)(artifact)`` returns that
+    grade / 10. Nothing here calls a network by itself.
     """
 
     template = (
@@ -129,12 +143,22 @@ class LLMJudge:
 
     def __call__(self, artifact: Mapping[str, Any]) -> float:
         ref = artifact.get("reference")
+        known = isinstance(ref, str) and ref.strip() or isinstance(ref, int | float) and math.isfinite(ref)
         prompt = self.template.format(
             question=artifact["question"],
             content=artifact["content"],
-            reference=f"\nReference answer:\n{ref}\n\n" if ref else "\n",
+            reference=f"\nReference answer:\n{ref}\n\n" if known else "\n",
         )
-        grade = parse_number(self.judge(prompt))
+        grade = self.grade(self.judge(prompt))
         if grade is None:
             raise ValueError("the judge's reply holds no grade; it must contain a number from 0 to 10")
-        return min(1.0, max(0.0, grade / 10.0))
+        return grade / 10.0
+
+    @staticmethod
+    def grade(reply: str) -> float | None:
+        """The grade in a judge's reply (see the class docstring), or None."""
+        text = str(reply).translate(_MINUS)
+        written = _OUT_OF_TEN.search(text)
+        if written and 0 <= float(written.group(1)) <= 10:
+            return float(written.group(1))
+        return next((x for x in _numbers(text) if 0 <= x <= 10), None)

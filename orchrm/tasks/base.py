@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -38,6 +40,27 @@ def data_file(relative: str, what: str, *, suffixes: tuple[str, ...] = ("",)) ->
         if path.is_file():
             return path
     raise TaskError(f"{what} file not found: {base}; put {relative} under ${DATA_DIR_ENV} or point {DATA_DIR_ENV} elsewhere")
+
+
+def read_json_items(path: Path, key: str, what: str) -> list:
+    """The list under ``key`` of the JSON file ``path``; :class:`TaskError` naming the file when
+    it is not such a file (truncated, not JSON, another layout)."""
+    try:
+        items = json.loads(Path(path).read_text(encoding="utf-8"))[key]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise TaskError(f"{path}: not a {what} file ({type(exc).__name__}: {exc}); copy it again") from None
+    if not isinstance(items, list):
+        raise TaskError(f"{path}: not a {what} file ('{key}' is not a list); copy it again")
+    return items
+
+
+@contextmanager
+def malformed_items(path: Path, what: str) -> Iterator[None]:
+    """Within the block, a missing field or a wrong type in ``path``'s items is a :class:`TaskError`."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise TaskError(f"{path}: not a {what} file: an item lacks or mistypes a field ({type(exc).__name__}: {exc})") from None
 
 
 @dataclass(frozen=True)

@@ -1068,9 +1068,14 @@ def read_gsm8k(path: str | os.PathLike) -> list[Task]:
             try:
                 row = json.loads(line)
                 question, solution = row["question"], row["answer"]
+                if not isinstance(question, str) or not isinstance(solution, str):
+                    raise TypeError("'question' and 'answer' must be text")
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise TaskError(f"{path}:{i + 1}: not a GSM8K item ({exc}); expected JSON with 'question' and 'answer'") from None
-            meta = parse_solution(question, solution)
+            try:
+                meta = parse_solution(question, solution)
+            except TaskError as exc:
+                raise TaskError(f"{path}:{i + 1}: {exc}") from None
             meta["source"] = "gsm8k"
             tasks.append(Task(f"gsm8k-{i:04d}", DOMAIN, question.strip(), fmt_number(meta["answer"], 6), meta))
     if not tasks:
@@ -1083,7 +1088,8 @@ _GSM8K_CACHE: dict[str, list[Task]] = {}
 
 def load_gsm8k(n: int, seed: int = 0, *, path: str | os.PathLike | None = None) -> list[Task]:
     """``n`` GSM8K test items drawn without replacement by ``seed`` (all of them if ``n`` is
-    larger). The file is ``path`` or ``$ORCHRM_DATA_DIR/gsm8k/test.jsonl``."""
+    larger); the items for ``n`` are among those for any larger ``n`` of the same seed. The file
+    is ``path`` or ``$ORCHRM_DATA_DIR/gsm8k/test.jsonl``."""
     file = Path(path) if path is not None else data_file(GSM8K_FILE, "GSM8K")
     if not file.is_file():
         raise TaskError(f"{file} not found: pass the path of GSM8K's test.jsonl or set {DATA_DIR_ENV}")
@@ -1093,8 +1099,9 @@ def load_gsm8k(n: int, seed: int = 0, *, path: str | os.PathLike | None = None) 
     items = _GSM8K_CACHE[key]
     if n >= len(items):
         return list(items)
-    idx = sorted(random.Random(int(stable_id("gsm8k", seed, n=16), 16)).sample(range(len(items)), n))
-    return [items[i] for i in idx]
+    order = list(range(len(items)))  # one seeded order: a larger n keeps the smaller n's items
+    random.Random(int(stable_id("gsm8k", seed, n=16), 16)).shuffle(order)
+    return [items[i] for i in sorted(order[:n])]
 
 
 # ---------------------------------------------------------------------------------------------

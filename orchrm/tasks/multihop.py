@@ -22,7 +22,6 @@ Also here: :func:`question_features` (what a reader of the question alone sees),
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
@@ -31,8 +30,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from orchrm.errors import TaskError
 from orchrm.plans import Plan
-from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source, stable_id
+from orchrm.tasks.base import (
+    DATA_DIR_ENV,
+    Task,
+    TaskSource,
+    data_file,
+    malformed_items,
+    read_json_items,
+    register_source,
+    stable_id,
+)
 from orchrm.tasks.qa import (
     POPULARITY,
     distinct_tasks,
@@ -402,15 +411,16 @@ def strategyqa_corpus(path: str) -> FactCorpus:
     capitalised names is a detail (``obscure``); a short general statement with at most one
     name is common knowledge (``famous``); the rest is ``known``.
     """
-    examples = json.loads(Path(path).read_text())["examples"]
+    examples = read_json_items(Path(path), "examples", "StrategyQA")
     texts: dict[str, str] = {}
     doc_of: dict[str, str] = {}
-    for ex in examples:
-        for s in _facts_of(ex.get("target", "")):
-            key = _norm_sentence(s)
-            if key not in doc_of:
-                doc_of[key] = f"sqa{len(texts):05d}"
-                texts[doc_of[key]] = s
+    with malformed_items(Path(path), "StrategyQA"):
+        for ex in examples:
+            for s in _facts_of(ex.get("target", "")):
+                key = _norm_sentence(s)
+                if key not in doc_of:
+                    doc_of[key] = f"sqa{len(texts):05d}"
+                    texts[doc_of[key]] = s
     popularity = {d: fact_popularity(t) for d, t in texts.items()}
     return FactCorpus(path, texts, popularity, doc_of)
 
@@ -430,7 +440,7 @@ def load_strategyqa(n: int, seed: int) -> list[Task]:
     """``n`` StrategyQA questions (seeded sample without replacement; all if ``n`` exceeds them)."""
     path = data_file(STRATEGYQA_FILE, "StrategyQA")
     corpus = strategyqa_corpus(str(path))
-    examples = json.loads(path.read_text())["examples"]
+    examples = read_json_items(path, "examples", "StrategyQA")
     order = list(range(len(examples)))
     random.Random(f"orchrm-strategyqa-{seed}").shuffle(order)
     tasks: dict[str, Task] = {}
@@ -438,7 +448,9 @@ def load_strategyqa(n: int, seed: int) -> list[Task]:
         if len(tasks) >= n:
             break
         ex = examples[i]
-        scores = ex.get("target_scores", {})
+        scores = ex.get("target_scores") if isinstance(ex, dict) else None
+        if not isinstance(scores, dict) or not {"Yes", "No"} & set(scores) or not isinstance(ex.get("input"), str):
+            raise TaskError(f"{path}: example {i} has no 'input' question or no 'target_scores' for Yes/No; copy the file again")
         answer = "Yes" if scores.get("Yes", 0) > scores.get("No", 0) else "No"
         facts = [corpus.doc_of[_norm_sentence(s)] for s in _facts_of(ex.get("target", ""))]
         if not facts:

@@ -20,7 +20,6 @@ Also here: :func:`question_features`, :func:`heuristic_plan_score` and :func:`fr
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
@@ -30,7 +29,16 @@ from functools import lru_cache
 from pathlib import Path
 
 from orchrm.plans import Plan
-from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source, stable_id
+from orchrm.tasks.base import (
+    DATA_DIR_ENV,
+    Task,
+    TaskSource,
+    data_file,
+    malformed_items,
+    read_json_items,
+    register_source,
+    stable_id,
+)
 from orchrm.tasks.qa import (
     POPULARITY,
     distinct_tasks,
@@ -393,17 +401,18 @@ class SquadCorpus:
 @lru_cache(maxsize=2)
 def squad_corpus(path: str) -> SquadCorpus:
     """The paragraphs and answer spans of a SQuAD v1.1 file (cached per process)."""
-    data = json.loads(Path(path).read_text())["data"]
+    data = read_json_items(Path(path), "data", "SQuAD v1.1")
     texts, titles, spans = {}, {}, {}
-    for article in data:
-        title = article["title"].replace("_", " ")
-        for i, para in enumerate(article["paragraphs"]):
-            did = f"{article['title']}#{i}"
-            texts[did] = para["context"]
-            titles[did] = title
-            spans[did] = tuple(
-                dict.fromkeys(q["answers"][0]["text"].strip() for q in para["qas"] if q["answers"])
-            )
+    with malformed_items(Path(path), "SQuAD v1.1"):
+        for article in data:
+            title = article["title"].replace("_", " ")
+            for i, para in enumerate(article["paragraphs"]):
+                did = f"{article['title']}#{i}"
+                texts[did] = para["context"]
+                titles[did] = title
+                spans[did] = tuple(
+                    dict.fromkeys(q["answers"][0]["text"].strip() for q in para["qas"] if q["answers"])
+                )
     return SquadCorpus(path, texts, titles, spans)
 
 
@@ -414,16 +423,17 @@ def squad_file() -> Path:
 def load_squad(n: int, seed: int) -> list[Task]:
     """``n`` SQuAD v1.1 dev questions (seeded sample without replacement)."""
     path = squad_file()
-    data = json.loads(path.read_text())["data"]
+    data = read_json_items(path, "data", "SQuAD v1.1")
     rows = []
-    for article in data:
-        for i, para in enumerate(article["paragraphs"]):
-            for q in para["qas"]:
-                answers = list(dict.fromkeys(a["text"].strip() for a in q["answers"]))
-                if answers:
-                    rows.append(
-                        (q["id"], q["question"].strip(), answers, f"{article['title']}#{i}")
-                    )
+    with malformed_items(path, "SQuAD v1.1"):
+        for article in data:
+            for i, para in enumerate(article["paragraphs"]):
+                for q in para["qas"]:
+                    answers = list(dict.fromkeys(a["text"].strip() for a in q["answers"]))
+                    if answers:
+                        rows.append(
+                            (q["id"], q["question"].strip(), answers, f"{article['title']}#{i}")
+                        )
     random.Random(f"orchrm-squad-{seed}").shuffle(rows)
     return [
         Task(

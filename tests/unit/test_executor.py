@@ -154,3 +154,11 @@ def test_generic_tasks_give_no_answer_rather_than_a_wrong_one_or_a_crash(text):
 def test_signed_arithmetic_is_routed_to_math():
     task = MultiAgentExecutor(num_plans=1).as_task("What is 5 * -2?")
     assert task.domain == "math" and task.metadata["answer"] == -10.0
+
+
+def test_fewer_distinct_plans_than_asked_for_are_run_with_a_warning(caplog):
+    executor = MultiAgentExecutor(agents=["calculator"])
+    with caplog.at_level("WARNING", logger="orchrm.executor"):
+        plans = executor.sample_plans("What is 2 + 3?", 5)
+    assert 0 < len(plans) < 5 and len({p.plan_id for p in plans}) == len(plans)
+    assert f"only {len(plans)} distinct plans found for the roles ['calculator'] (asked for 5)" in caplog.text

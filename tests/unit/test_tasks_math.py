@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import re
 from collections import Counter
 
@@ -164,6 +166,29 @@ def test_gsm8k_loader_rejects_a_foreign_file(tmp_path):
     bad.write_text('{"prompt": "hi"}\n')
     with pytest.raises(TaskError, match="question.*answer"):
         load_gsm8k(1, path=bad)
+
+
+@pytest.mark.parametrize(
+    ("row", "match"),
+    [
+        ({"question": "How many?", "answer": "Two apples."}, r"test\.jsonl:2: .*####"),  # no final answer line
+        ({"question": None, "answer": "#### 2"}, r"test\.jsonl:2: not a GSM8K item .*must be text"),
+    ],
+)
+def test_a_malformed_gsm8k_row_is_named_by_file_and_line(tmp_path, row, match):
+    bad = tmp_path / "test.jsonl"
+    good = {"question": "What is 1 + 1?", "answer": "1 + 1 = <<1+1=2>>2\n#### 2"}
+    bad.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(TaskError, match=match):
+        load_gsm8k(1, path=bad)
+
+
+def test_gsm8k_samples_grow_without_replacing_items(data_dir):
+    path = data_dir / "gsm8k" / "test.jsonl"
+    if not path.is_file():
+        pytest.skip(f"GSM8K not found at {path}; set ORCHRM_DATA_DIR to the folder holding gsm8k/test.jsonl")
+    ids = {n: {t.task_id for t in load_gsm8k(n, seed=2)} for n in (100, 341, 342, 900)}
+    assert ids[100] <= ids[341] <= ids[342] <= ids[900]  # random.sample changes its method near n = 342
 
 
 # --- scorers ------------------------------------------------------------------------------------

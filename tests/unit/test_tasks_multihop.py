@@ -184,3 +184,19 @@ def test_strategyqa_loader_on_real_data(monkeypatch):
 )
 def test_fact_popularity(fact, popularity):
     assert fact_popularity(fact) == popularity
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('{"examples": [{"input": "Is it?", "targ', r"task\.json: not a StrategyQA file \(JSONDecodeError"),
+        ('{"data": []}', r"task\.json: not a StrategyQA file \(KeyError"),
+        ('{"examples": [{"input": "Is water wet?", "target": "Yes. Water is wet."}]}', r"example 0 has no .*target_scores"),
+    ],
+)
+def test_a_truncated_or_foreign_strategyqa_file_is_named(tmp_path, monkeypatch, text, match):
+    (tmp_path / "strategyqa").mkdir()
+    (tmp_path / STRATEGYQA_FILE).write_text(text)
+    monkeypatch.setenv("ORCHRM_DATA_DIR", str(tmp_path))
+    with pytest.raises(TaskError, match=match):
+        load_strategyqa(5, seed=0)

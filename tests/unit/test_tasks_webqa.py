@@ -21,6 +21,7 @@ from orchrm.tasks.webqa import (
     load_builtin,
     load_squad,
     question_features,
+    squad_corpus,
     squad_popularity,
 )
 from tests.unit._qa_helpers import (
@@ -156,6 +157,23 @@ def test_squad_missing_file_names_it_and_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("ORCHRM_DATA_DIR", str(tmp_path))
     with pytest.raises(TaskError, match=r"squad/dev-v1\.1\.json.*ORCHRM_DATA_DIR"):
         load_squad(5, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('{"version": "1.1", "data": [{"title": "A", "paragr', r"dev-v1\.1\.json: not a SQuAD v1\.1 file \(JSONDecodeError"),
+        ('{"examples": []}', r"dev-v1\.1\.json: not a SQuAD v1\.1 file \(KeyError"),
+        ('{"data": [{"title": "A", "paragraphs": [{"qas": []}]}]}', r"an item lacks or mistypes a field \(KeyError: 'context'"),
+    ],
+)
+def test_a_truncated_or_foreign_squad_file_is_named(tmp_path, monkeypatch, text, match):
+    (tmp_path / "squad").mkdir()
+    (tmp_path / SQUAD_FILE).write_text(text)
+    monkeypatch.setenv("ORCHRM_DATA_DIR", str(tmp_path))
+    with pytest.raises(TaskError, match=match):
+        load_squad(5, seed=0)
+        squad_corpus(str(tmp_path / SQUAD_FILE))
 
 
 def test_squad_loader_on_real_data(monkeypatch):
