@@ -35,7 +35,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import machine, write_json, write_text  # noqa: E402
+from results_io import machine, use_sibling_data, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-real", action="store_true", help="skip the real data sets")
     ap.add_argument("--out", default=str(RESULTS / "plan_choice.json"))
     args = ap.parse_args(argv)
+    use_sibling_data()
 
     from orchrm.errors import TaskError
     from orchrm.tasks import load_tasks

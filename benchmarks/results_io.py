@@ -23,6 +23,14 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def use_sibling_data() -> None:
+    """Read the real data sets from a ``shared/data`` folder beside the project when
+    ``$ORCHRM_DATA_DIR`` is unset (the layout of this project's checkouts)."""
+    sibling = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    if "ORCHRM_DATA_DIR" not in os.environ and sibling.is_dir():
+        os.environ["ORCHRM_DATA_DIR"] = str(sibling)
+
+
 def machine(**extra: Any) -> dict[str, Any]:
     """What a results file records of the machine: OS, CPU model and count, Python, load average now."""
     return {

@@ -16,6 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import use_sibling_data  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 BENCHES = {
     "collect": "bench_collect.py",
@@ -34,10 +37,8 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHES)}", file=sys.stderr)
         return 2
+    use_sibling_data()
     env = dict(os.environ)
-    sibling = HERE.parent.parent / "shared" / "data"
-    if "ORCHRM_DATA_DIR" not in env and sibling.is_dir():
-        env["ORCHRM_DATA_DIR"] = str(sibling)
     failed = []
     for name in chosen:
         print(f"== {name}", flush=True)
