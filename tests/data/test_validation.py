@@ -352,3 +352,14 @@ def test_gx_analytics_are_off_before_gx_is_imported(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=str(tmp_path.cwd()))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['false']"
+
+
+def test_raw_traces_are_sent_to_ingest_and_a_bare_validate_is_a_usage_error(tmp_path, capsys):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(json.dumps({"task_id": "t1", "question": "q?", "plan_text": "p", "content": "c", "quality": 1.0}) + "\n")
+    assert main(["validate", "--artifacts", str(traces), "--out-dir", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err
+    assert "looks like raw traces, not an artifact table" in err and f"orchrm ingest --traces {traces}" in err
+    with pytest.raises(SystemExit) as info:
+        main(["validate"])
+    assert info.value.code == 2 and "error: give --artifacts and/or --pairs" in capsys.readouterr().err

@@ -61,6 +61,19 @@ def test_rows_of_an_agent_plan_name_one_of_its_agents():
         ingest_traces(_traces().assign(plan_text=plan))  # node ids of another plan (parse, solve, ...)
 
 
+def test_rows_of_an_agent_plan_take_their_nodes_type_depth_and_parents_from_it():
+    plan = '<agent id="a1" type="WebSearch" queries="2" top_k="5"/>\n<agent id="a2" type="CoT" model="small"/>\n<edge from="a1" to="a2"/>'
+    traces = pd.DataFrame({
+        "task_id": ["t1", "t1"], "question": ["Capital of France?"] * 2, "plan_text": [plan, plan], "node_id": ["a1", "a2"],
+        "content": ["Paris is the capital of France.", "Answer: Paris"], "quality": [0.5, 1.0],
+    })
+    out = ingest_traces(traces)
+    assert out["agent"].tolist() == ["WebSearch", "CoT"] and out["depth"].tolist() == [0, 1]
+    assert [list(p) for p in out["parent_ids"]] == [[], ["a1"]] and out["is_final"].tolist() == [False, True]
+    given = ingest_traces(traces.assign(agent=["searcher", None], depth=[0, 5]))  # what the trace says wins
+    assert given["agent"].tolist() == ["searcher", "CoT"] and given["depth"].tolist() == [0, 5]
+
+
 def test_a_plan_id_reused_across_tasks_and_runs_keeps_each_executions_steps():
     two_tasks = _traces().assign(plan_id=["p1", "p1", "p2", "p1"], node_id=["parse", "solve", "solve", "solve"])
     out = ingest_traces(two_tasks)
@@ -112,6 +125,14 @@ def test_every_problem_is_reported_at_once():
     with pytest.raises(TraceSchemaError) as info:
         ingest_traces(bad)
     assert "content" in str(info.value) and "artifact_id" in str(info.value)
+    # a blank question does not hide another task's second question; missing ids are not duplicates
+    bad = _traces().assign(question=["What is 6 * 7?", "What is 6 * 8?", "What is 6 * 7?", " "], artifact_id=None)
+    with pytest.raises(TraceSchemaError) as info:
+        ingest_traces(bad)
+    message = str(info.value)
+    assert "column 'question': empty, NaN or not text in rows 3" in message
+    assert "tasks 't1' have more than one question" in message
+    assert "column 'artifact_id': missing in rows 0, 1, 2, 3" in message and "duplicate" not in message
 
 
 def test_cli_ingest_writes_nothing_on_error(tmp_path, capsys):
