@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -131,7 +132,8 @@ def sources() -> Mapping[tuple[str, str], TaskSource]:
 
 
 def load_tasks(domain: str, n: int, *, seed: int = 0, source: str = "builtin") -> list[Task]:
-    """``n`` tasks of ``domain`` from ``source`` (default: the built-in generator), seeded."""
+    """``n`` tasks of ``domain`` from ``source`` (default: the built-in generator), seeded; all of
+    a data set's tasks, with a warning, when it holds fewer."""
     if n <= 0:
         raise TaskError(f"asked for {n} tasks; ask for at least 1")
     src = sources().get((domain, source))
@@ -144,4 +146,8 @@ def load_tasks(domain: str, n: int, *, seed: int = 0, source: str = "builtin") -
     ids = [t.task_id for t in tasks]
     if len(set(ids)) != len(ids):
         raise TaskError(f"task source {domain}:{source} returned duplicate task ids")
+    if len(tasks) < n:
+        logging.getLogger("orchrm.tasks").warning(
+            "task source %s:%s holds %d tasks; asked for %d, using all %d", domain, source, len(tasks), n, len(tasks)
+        )
     return tasks

@@ -182,6 +182,15 @@ def test_a_malformed_gsm8k_row_is_named_by_file_and_line(tmp_path, row, match):
         load_gsm8k(1, path=bad)
 
 
+def test_asking_for_more_tasks_than_a_data_set_holds_warns(data_dir, monkeypatch, caplog):
+    if not (data_dir / "gsm8k" / "test.jsonl").is_file():
+        pytest.skip("GSM8K not found; set ORCHRM_DATA_DIR to the folder holding gsm8k/test.jsonl")
+    monkeypatch.setenv("ORCHRM_DATA_DIR", str(data_dir))
+    with caplog.at_level("WARNING", logger="orchrm.tasks"):
+        tasks = load_tasks("math", 5000, source="gsm8k")
+    assert len(tasks) == 1319 and "task source math:gsm8k holds 1319 tasks; asked for 5000" in caplog.text
+
+
 def test_gsm8k_samples_grow_without_replacing_items(data_dir):
     path = data_dir / "gsm8k" / "test.jsonl"
     if not path.is_file():
