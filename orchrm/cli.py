@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--domain", choices=DOMAIN_CHOICES, default="all", help="task domain (default: all)")
     p.add_argument("--tasks", type=positive_int, default=None, help="tasks per domain (default: the config's, 50)")
-    p.add_argument("--plans", type=positive_int, default=None, help="candidate plans per task, at most 64 (default: the config's, 8)")
+    p.add_argument("--plans", type=positive_int, default=None, help="candidate plans per task (default: the config's, 8)")
     p.add_argument("--seed", type=seed_int, default=None, help="seed for tasks, plans and the sandbox (default: the config's, 0)")
     p.add_argument(
         "--source",
