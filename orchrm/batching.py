@@ -57,7 +57,10 @@ def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> p
         )
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise TraceSchemaError(f"pair table lacks column(s) {missing}; it needs prompt, chosen, rejected (DESIGN §3)")
+        raise TraceSchemaError(
+            f"pair table lacks column(s) {missing}; it needs prompt, chosen, rejected (make one with `orchrm pairs`, "
+            "or bring TRL-style preference rows)"
+        )
     for col in ("chosen", "rejected"):
         bad = df.index[~df[col].map(lambda v: isinstance(v, str) and bool(v.strip()))]
         if len(bad):
@@ -94,22 +97,24 @@ def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> p
     return df.reset_index(drop=True)
 
 
-def split_pairs(df: pd.DataFrame, *, val_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def split_pairs(df: pd.DataFrame, *, val_fraction: float, seed: int, warn: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(train, val) frames: ``split == "train"`` and ``split == "val"`` rows.
 
     Without ``val`` rows, a seeded ``val_fraction`` of the training *tasks* is held out (at least
     one task when there are two or more, none when there is one). ``test`` rows are never used,
     except when no row is ``train``: a few pairs of one or two tasks (DESIGN §12) may all hash to
-    ``val`` or ``test``, and then every row counts as a training row, with a warning (and a
-    ``val_fraction`` of its tasks is held out as above).
+    ``val`` or ``test``, and then every row counts as a training row, with a warning unless
+    ``warn`` is False (the Trainer's other ranks under torchrun) and a ``val_fraction`` of its
+    tasks held out as above.
     """
     train = df[df["split"] == "train"]
     val = df[df["split"] == "val"]
-    if len(train) == 0:
+    if len(train) == 0 and warn:
         logging.getLogger("orchrm.train").warning(
             "no pairs with split == 'train' (splits present: %s); all %d pairs count as training pairs%s",
             sorted(df["split"].unique()), len(df), f", less the val_fraction={val_fraction} of their tasks held out" if val_fraction > 0 else "",
         )
+    if len(train) == 0:
         train, val = df, df.iloc[:0]
     if len(val) == 0 and val_fraction > 0:
         tasks = np.array(sorted(train["task_id"].unique()))

@@ -60,7 +60,8 @@ _STATS_SAMPLE = 4096
 
 @dataclass(frozen=True)
 class EpochRecord:
-    """Metrics of one epoch. Validation fields are None on epochs without evaluation."""
+    """Metrics of one epoch. Validation fields are None on epochs without evaluation; ``lr`` is the
+    learning rate of the epoch's last step."""
 
     epoch: int
     step: int
@@ -78,7 +79,8 @@ class TrainResult:
 
     ``pairs_per_second`` counts training pairs (all ranks) per second of training steps in this
     call (evaluation and checkpoints excluded). ``model`` is the trained model (best validation
-    weights when ``restore_best``).
+    weights when ``restore_best``). ``stopped_early``: the validation loss did not improve for
+    ``patience`` evaluations, which may have happened at the last epoch, with every epoch run.
     """
 
     history: list[EpochRecord]
@@ -132,7 +134,7 @@ class TrainResult:
                 f"{r.epoch:5d}  {r.train_loss:10.4f}  {r.train_accuracy:9.3f}  {fmt(r.val_loss):>8}  "
                 f"{fmt(r.val_accuracy):>7}  {r.lr:.2e}{mark}"
             )
-        stop = "stopped early" if self.stopped_early else "ran all epochs"
+        stop = f"patience ran out at epoch {self.history[-1].epoch}" if self.stopped_early else "ran all epochs"
         lines.append(
             f"best epoch {self.best_epoch} (val loss {fmt(self.best_val_loss)}, accuracy "
             f"{fmt(self.best_val_accuracy)}); {stop}; reward mean {self.reward_mean:.3f} std {self.reward_std:.3f}"
@@ -152,7 +154,7 @@ class TrainCallback:
         """Once, with the configs, data hash and pair counts."""
 
     def on_log(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Every ``log_interval`` steps: ``loss``, ``lr``, ``grad_norm``."""
+        """Every ``log_interval`` steps: ``loss``, ``lr`` (the one this step trained at), ``grad_norm``."""
 
     def on_eval(self, record: EpochRecord, model: BradleyTerryModel) -> None:
         """After each evaluation, once its checkpoint is written."""
@@ -328,12 +330,16 @@ class Trainer:
 
         ``pairs``: a pair table (DataFrame, list of row dicts, or Parquet/JSONL path; DESIGN §3).
         ``resume`` continues from ``checkpoint_dir/last.safetensors`` (same pairs, model and
-        settings; more epochs extend a run that ran all of its epochs, while one that stopped early
-        stays stopped). Without it the run starts afresh, and first removes an earlier run's
-        checkpoints from ``checkpoint_dir``.
+        settings). More epochs extend a run that has not stopped early, its schedule stretched to
+        the new length from the next step on. A run that stopped early stays stopped, also when
+        its patience ran out at its last epoch (``stopped_early`` with every epoch run): an
+        uninterrupted longer run would have stopped there too. Without ``resume`` the run starts
+        afresh, and first removes an earlier run's checkpoints from ``checkpoint_dir`` (once the
+        settings and the model are checked).
         """
         overrides = {k: v for k, v in {"epochs": epochs, "eval_interval": eval_interval}.items() if v is not None}
-        cfg = _train_config(self.config, overrides)
+        # the learning rate used is the one a resume checks and the checkpoint and manifest record
+        cfg = _train_config(self.config, overrides | {"lr": self.config.lr or self.model.lr})
         dist, rank_device = _start_distributed()
         try:
             return self._train(pairs, cfg, dist, rank_device, resume=resume)
@@ -344,8 +350,15 @@ class Trainer:
     def _train(self, pairs, cfg: TrainConfig, dist: _Dist, rank_device, *, resume: bool) -> TrainResult:
         model = self.model
         device = rank_device or self.device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # checked before a fresh run removes the earlier run's checkpoints, which a failed start must keep
+        autocast = self._autocast(cfg, device)
+        if not any(p.requires_grad for p in model.parameters()):
+            raise ConfigError(
+                "the model has no trainable parameters (requires_grad is False everywhere); unfreeze the head, "
+                "or train encoder layers with train_layers"
+            )
         frame = pair_frame(pairs)
-        train_df, val_df = split_pairs(frame, val_fraction=cfg.val_fraction, seed=cfg.seed)
+        train_df, val_df = split_pairs(frame, val_fraction=cfg.val_fraction, seed=cfg.seed, warn=dist.main)
         fingerprint = data_hash(frame)
         state = _LoopState()
         checkpoint = self._checkpoint_path(LAST_CHECKPOINT)
@@ -361,7 +374,7 @@ class Trainer:
                     "`orchrm train --overwrite`)"
                 ) from None
         else:
-            if resume:
+            if resume and dist.main:
                 log.warning("resume requested but no checkpoint at %s; starting from scratch", checkpoint)
             if dist.main:
                 self._clear_checkpoints()
@@ -371,9 +384,7 @@ class Trainer:
 
         model.to(device)
         params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise ConfigError("the model has no trainable parameters")
-        optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr or model.lr)
+        optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
         steps_per_epoch = len(_shard(task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=1), dist, pad=True))
         total = steps_per_epoch * cfg.epochs
         schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -381,7 +392,6 @@ class Trainer:
         )
         state.restore_optimizer(optimizer, schedule)
         net = self._wrap(model, dist, device)
-        autocast = self._autocast(cfg, device)
         # a frozen encoder's features never change: compute them once, train the head on them
         train_feats, val_feats = (None, None) if model.encoder_trainable else (self._features(train, device), self._features(val, device))
         if dist.main:
@@ -397,6 +407,7 @@ class Trainer:
             sums = np.zeros(3)  # loss * pairs, correct, pairs
             batches = task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=epoch)
             steps = _shard(batches, dist, pad=True)
+            lr = optimizer.param_groups[0]["lr"]
             for j, pair_ids in enumerate(self._progress(steps, epoch, cfg.epochs, dist)):
                 with autocast:
                     loss, correct = self._loss(net, train, pair_ids, cfg, device, train_feats)
@@ -407,6 +418,7 @@ class Trainer:
                 if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
                     what = f"loss {loss_value}, gradient norm {grad_norm} at step {state.step + 1}"
                     raise self._diverged(what, epoch, state, optimizer)
+                lr = optimizer.param_groups[0]["lr"]  # this step's; schedule.step() sets the next one's
                 optimizer.step()
                 schedule.step()
                 state.step += 1
@@ -414,7 +426,7 @@ class Trainer:
                     sums += (loss_value * len(pair_ids), float(correct), len(pair_ids))
                 if dist.main and state.step % cfg.log_interval == 0:
                     for cb in self.callbacks:
-                        cb.on_log(state.step, {"loss": loss_value, "lr": schedule.get_last_lr()[0], "grad_norm": grad_norm})
+                        cb.on_log(state.step, {"loss": loss_value, "lr": lr, "grad_norm": grad_norm})
             loss_sum, correct_sum, n = dist.sum(list(sums), device)
             train_seconds += time.perf_counter() - t0
             pairs_seen += int(n)
@@ -430,7 +442,7 @@ class Trainer:
                 train_accuracy=correct_sum / max(n, 1),
                 val_loss=val_loss,
                 val_accuracy=val_acc,
-                lr=float(schedule.get_last_lr()[0]),
+                lr=float(lr),
                 seconds=time.perf_counter() - t0,
             )
             state.history.append(record)
@@ -635,7 +647,7 @@ class Trainer:
     def _params(self, cfg, frame, train: _Encoded, val: _Encoded | None, fingerprint: str) -> dict[str, Any]:
         return {
             "model": self.model.config.model_dump(mode="json"),
-            "train": cfg.model_dump(mode="json") | {"lr": cfg.lr or self.model.lr},
+            "train": cfg.model_dump(mode="json"),
             "data_hash": fingerprint,
             "pairs": len(frame),
             "train_pairs": len(train.index),
@@ -659,7 +671,7 @@ class Trainer:
             "best_epoch": result.best_epoch,
             "best_val_loss": result.best_val_loss,
             "best_val_accuracy": result.best_val_accuracy,
-            "train_config": cfg.model_dump(mode="json") | {"lr": cfg.lr or self.model.lr},
+            "train_config": cfg.model_dump(mode="json"),
         }
 
 
@@ -716,7 +728,9 @@ class _LoopState:
                 f"checkpoint {reader.path} was trained on other pairs (data hash {meta['data_hash']}, now "
                 f"{fingerprint}); resume with the same pair table or start a new output directory"
             )
-        saved = meta["train_config"]
+        saved = dict(meta["train_config"])
+        if saved.get("lr") is None:  # written before the lr was resolved from model.lr: the optimizer's is the one used
+            saved["lr"] = meta["optimizer_groups"][0]["initial_lr"]
         # what decides the split, the batches, the loss or the updates must not change under a resumed run
         for key in ("batch_size", "seed", "lr", "lr_schedule", "warmup_ratio", "weight_decay", "val_fraction",
                     "grad_clip", "use_margin", "center_rewards_coefficient"):
@@ -751,6 +765,10 @@ class _LoopState:
             per_param.setdefault(int(pid), {})[name] = value
         optimizer.load_state_dict({"state": per_param, "param_groups": groups})
         schedule.load_state_dict(sched)
+        # the groups' lr came with the checkpoint, from the schedule it was written under; with more epochs
+        # the schedule is longer, and the next step must train at the new schedule's rate (same epochs: same lr)
+        for group, base_lr, factor in zip(optimizer.param_groups, schedule.base_lrs, schedule.lr_lambdas, strict=True):
+            group["lr"] = base_lr * factor(schedule.last_epoch)
         self.optimizer_state = None
 
 

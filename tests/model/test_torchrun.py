@@ -1,4 +1,4 @@
-"""``torchrun --nproc-per-node=2`` on CPU (gloo): two ranks train one model, rank 0 saves it."""
+"""``torchrun --nproc-per-node=2`` on CPU (gloo): two ranks train one model, rank 0 saves it and warns."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
     pairs = make_pairs(20, seed=1)
+    # no split == "train" row, and --resume with nothing to resume: two warnings, each from rank 0 only
+    pairs["split"] = pairs["split"].replace("train", "test")
     write_table(pairs, tmp_path / "pairs.parquet")
     (tmp_path / "tiny.yaml").write_text(
         "model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300, dropout: 0.1}\n"
@@ -33,10 +35,12 @@ def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
     proc = subprocess.run(
         [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "orchrm.cli", "train",
          "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(out), "--epochs", "2",
-         "--config", str(tmp_path / "tiny.yaml")],
+         "--config", str(tmp_path / "tiny.yaml"), "--resume"],
         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("no pairs with split == 'train'") == 1, proc.stderr[-3000:]
+    assert proc.stderr.count("resume requested but no checkpoint") == 1, proc.stderr[-3000:]
 
     assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "model.safetensors", "train_result.json"]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best.safetensors", "last.safetensors"]

@@ -110,6 +110,79 @@ def test_resume_refuses_other_pairs_or_settings(small_pairs, pairs, tiny_model_k
         )
 
 
+class _LrLog(TrainCallback):
+    """The learning rate of every logged step (use with ``log_interval=1``)."""
+
+    def __init__(self) -> None:
+        self.lrs = []
+
+    def on_log(self, step, metrics):
+        self.lrs.append(metrics["lr"])
+
+
+def _linear_factor(step: int, total: int, warmup: int) -> float:
+    """The default schedule by hand: linear warmup over ``warmup`` steps, then linear decay to 0 at ``total``."""
+    return (step + 1) / (warmup + 1) if step < warmup else 1 - (step - warmup) / (total - warmup)
+
+
+def test_the_learning_rate_reported_is_the_one_the_step_trained_at(small_pairs, tiny_model_kwargs):
+    log = _LrLog()
+    result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), callbacks=[log], log_interval=1, **SMALL).train(
+        pairs=small_pairs, epochs=2
+    )
+    total = result.steps
+    used = [3e-3 * _linear_factor(s, total, round(0.1 * total)) for s in range(total)]
+    assert log.lrs == pytest.approx(used, rel=1e-12)
+    # an epoch's lr is its last step's: the final epoch trained at a rate above 0
+    assert [r.lr for r in result.history] == pytest.approx([used[r.step - 1] for r in result.history], rel=1e-12)
+    assert result.history[-1].lr > 0
+
+
+def test_resume_with_more_epochs_trains_on_the_longer_schedule_from_its_first_step(small_pairs, tiny_model_kwargs, tmp_path):
+    short = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(
+        pairs=small_pairs, epochs=2
+    )
+    done = short.steps  # the 2-epoch schedule ended at lr 0
+    log = _LrLog()
+    longer = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, callbacks=[log], log_interval=1,
+                     **SMALL).train(pairs=small_pairs, epochs=4, resume=True)
+    total = longer.steps
+    assert total == 2 * done
+    assert log.lrs == pytest.approx([3e-3 * _linear_factor(s, total, round(0.1 * total)) for s in range(done, total)], rel=1e-12)
+    assert log.lrs[0] > 0
+
+
+def _store_lr_as_none(checkpoint):
+    """Rewrite a checkpoint as one written before the Trainer recorded the lr it took from the model."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(checkpoint), framework="pt") as f:
+        metadata = f.metadata()
+    state = json.loads(metadata["trainer_state"])
+    state["train_config"]["lr"] = None
+    save_file(load_file(checkpoint), checkpoint, metadata=metadata | {"trainer_state": json.dumps(state)})
+
+
+def test_a_learning_rate_from_the_model_is_recorded_and_checked_on_resume(small_pairs, tiny_model_kwargs, tmp_path):
+    settings = dict(batch_size=16, progress=False)  # no lr: the model's is used
+    Trainer(model=BradleyTerryModel(lr=3e-3, **tiny_model_kwargs), checkpoint_dir=tmp_path, **settings).train(
+        pairs=small_pairs, epochs=1
+    )
+    last = tmp_path / LAST_CHECKPOINT
+    assert json.loads(ModelFile(last).metadata["trainer_state"])["train_config"]["lr"] == 3e-3
+    faster = BradleyTerryModel(lr=0.3, **tiny_model_kwargs)
+    with pytest.raises(TrainingError, match=r"used lr=0.003, now lr=0.3; resume needs the same settings"):
+        Trainer(model=faster, checkpoint_dir=tmp_path, **settings).train(pairs=small_pairs, epochs=2, resume=True)
+    # a checkpoint that stored no lr is checked against the lr its optimizer trained at
+    _store_lr_as_none(last)
+    with pytest.raises(TrainingError, match=r"used lr=0.003, now lr=0.3"):
+        Trainer(model=faster, checkpoint_dir=tmp_path, **settings).train(pairs=small_pairs, epochs=2, resume=True)
+    resumed = BradleyTerryModel(lr=3e-3, **tiny_model_kwargs)
+    result = Trainer(model=resumed, checkpoint_dir=tmp_path, **settings).train(pairs=small_pairs, epochs=2, resume=True)
+    assert [r.epoch for r in result.history] == [1, 2] and resumed.manifest["train_config"]["lr"] == 3e-3
+
+
 def _contradicting_validation(pairs):
     """Validation pairs whose labels contradict the training signal: val loss rises as training works."""
     flipped = pairs.copy()
@@ -142,6 +215,21 @@ def test_a_run_that_stopped_early_stays_stopped_when_resumed(small_pairs, tiny_m
         pairs=flipped, epochs=12, resume=True
     )
     assert len(again.history) == stop and again.steps == full.steps
+
+
+def test_patience_running_out_at_the_last_epoch_stops_the_run_for_good(small_pairs, tiny_model_kwargs, tmp_path):
+    settings = SMALL | {"patience": 2}
+    flipped = _contradicting_validation(small_pairs)  # validation loss only rises after epoch 1
+    result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **settings).train(
+        pairs=flipped, epochs=3
+    )
+    assert result.stopped_early and len(result.history) == 3
+    assert "patience ran out at epoch 3" in str(result)
+    # an uninterrupted 6-epoch run would have stopped after epoch 3 too
+    longer = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **settings).train(
+        pairs=flipped, epochs=6, resume=True
+    )
+    assert longer.stopped_early and len(longer.history) == 3 and longer.steps == result.steps
 
 
 class _Poison(TrainCallback):
@@ -419,6 +507,22 @@ def test_cli_train_never_replaces_a_model_unasked_and_checks_out_before_training
     assert "pretokenizer='whitespace', now pretokenizer='bert'" in capsys.readouterr().err
     assert cli_main([*argv, "--out", str(out), "--overwrite"]) == 0
     assert BradleyTerryModel.load(out).config.pretokenizer == "whitespace"
+
+
+def test_a_bad_setting_or_a_frozen_model_fails_before_the_earlier_checkpoints_are_removed(
+    small_pairs, tiny_model_kwargs, tmp_path
+):
+    Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(pairs=small_pairs, epochs=1)
+    earlier = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert sorted(earlier) == ["best.safetensors", "last.safetensors"]
+    with pytest.raises(ConfigError, match="precision='bf16' needs a CUDA device"):
+        Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, precision="bf16", device="cpu",
+                **SMALL).train(pairs=small_pairs, epochs=1)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
+    frozen = BradleyTerryModel(**tiny_model_kwargs).requires_grad_(False)
+    with pytest.raises(ConfigError, match="no trainable parameters"):
+        Trainer(model=frozen, checkpoint_dir=tmp_path, **SMALL).train(pairs=small_pairs, epochs=1)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == earlier
 
 
 def test_a_damaged_checkpoint_cannot_be_resumed_and_a_fresh_run_replaces_it(small_pairs, tiny_model_kwargs, tmp_path, caplog):
