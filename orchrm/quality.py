@@ -28,7 +28,8 @@ from typing import Any, Protocol
 #: comma list "3,4" is 3), an optional fraction and exponent ("1.5e3"). A sign counts only where no
 #: digit comes right before it: "10-12" is 10 and 12, not 10 and -12
 _NUMBER = re.compile(
-    r"(?<![\d.,])-?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|(?<![\d.,])-?\.\d+(?:[eE][-+]?\d+)?"
+    r"(?<![\d.])(?<!\d,)-?(?:\d{1,3}(?:,\d{3})+(?!,?\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?"
+    r"|(?<![\d.])(?<!\d,)-?\.\d+(?:[eE][-+]?\d+)?"
 )
 #: a grade out of ten written as such: "8/10", "3 out of 10"
 _OUT_OF_TEN = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(?:/|out of)\s*10(?![\d.])", re.I)

@@ -1118,6 +1118,7 @@ _WORD_OPS = (
     (r"\bminus\b", "-"),
 )
 # a leading minus belongs to the expression ("-5 + 3" is -2, not 8)
+_LETTER_X_THEN_OPERATOR = re.compile(r"[x×]\s*[-+*/]")
 _FREE_EXPR = re.compile(r"-?[\d.(][\d.\s()+\-*/×÷x]*[\d)]")
 # what may not touch an expression: a letter, digit, "." or "," just before it ("1e5 + 1",
 # "x-5 + 3", "1,000 + 5"), a letter or ",<digit>" / ".<digit>" just after it ("2 + 1e5", "5 + 1,000")
@@ -1153,6 +1154,8 @@ def from_text(question: str) -> Task | None:
     for m in _FREE_EXPR.finditer(text):
         cand = m.group()
         if "^" in text[m.end():m.end() + 2]:
+            return None
+        if _LETTER_X_THEN_OPERATOR.search(cand):  # "2x + 3": x is a variable here, not "times"
             return None
         toks = tokenize_expression(cand)
         if toks is None or not any(t in "+-*/" for t in toks[1:]):  # toks[0]: a sign, not an operation

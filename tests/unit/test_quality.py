@@ -25,6 +25,9 @@ from orchrm.quality import LLMJudge, numeric_match, parse_number, pass_rate
         ("12,5", "125", 0.0),  # not a thousands grouping: no number 125 is written
         ("x = 3,4", "34", 0.0),
         ("1,234,567", "1234567", 1.0),
+        ("The answer is 1,000, as computed.", "1000", 1.0),  # a comma after the number ends it
+        ("Total: $2,500, paid.", "2500", 1.0),
+        ("Therefore,42", "42", 1.0),
         ("1e3", "3", 0.0),  # an exponent belongs to its number
         ("1.5e3", "1500", 1.0),
         ("9" * 400, "8" * 400, 0.0),  # beyond a float: no number, not inf == inf

@@ -277,6 +277,8 @@ def test_from_text_reads_negative_numbers(text, reference):
         "What is COVID-19 + 1?",
         "What is 1,000 + 5?",  # digit grouping: the regex would see only "000 + 5"
         "What is 2^3 + 1?",
+        "Solve 2x + 3 = 7",  # x is a variable, not "times": "2 * + 3" would be 6
+        "Solve for x: 3x - 2 = 10",
     ],
 )
 def test_from_text_never_computes_from_part_of_an_expression(text):

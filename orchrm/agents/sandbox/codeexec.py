@@ -472,7 +472,11 @@ def _install_audit_hook(workdir: str, violations: list[str]) -> None:
         elif event.startswith("ctypes."):
             refuse("native code", event)
         elif event == "import" and args and args[0] in _NATIVE_WRITERS:
-            refuse("filesystem write", f"import {args[0]} (it writes files the sandbox cannot check)")
+            # as a missing module, not a violation: the standard library falls back where it can
+            # (dbm to the pure-Python dbm.dumb, whose writes the hook sees)
+            raise ModuleNotFoundError(
+                f"filesystem write blocked: import {args[0]} (it writes files the sandbox cannot check)", name=args[0]
+            )
         elif event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
                 if i < len(args) and args[i] is not None and not inside(args[i]):

@@ -62,7 +62,7 @@ class GenericDomain(SandboxDomain):
 
     def prepare(self, task: Task) -> GenericState:
         m = _EXPR.search(task.question)
-        if m and expression_is_partial(task.question, m.start(), m.end()):
+        if m and expression_is_partial(task.question, m.start(), m.start() + len(m.group(0).rstrip())):
             m = None  # "1e5 + 1" is not "5 + 1": no answer beats a wrong one
         value = safe_eval(m.group(0)) if m else None
         return GenericState(m.group(0) if m and value is not None else None, value)
