@@ -41,7 +41,7 @@ def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> p
         df = read_table(Path(pairs))
     elif isinstance(pairs, pd.DataFrame):
         df = pairs.copy()
-    elif isinstance(pairs, Sequence | Iterable) and not isinstance(pairs, bytes | Mapping):
+    elif isinstance(pairs, Iterable) and not isinstance(pairs, bytes | Mapping):
         df = pd.DataFrame(list(pairs))
     else:
         raise TraceSchemaError(
@@ -109,12 +109,13 @@ def split_pairs(df: pd.DataFrame, *, val_fraction: float, seed: int, warn: bool 
     """
     train = df[df["split"] == "train"]
     val = df[df["split"] == "val"]
-    if len(train) == 0 and warn:
-        logging.getLogger("orchrm.train").warning(
-            "no pairs with split == 'train' (splits present: %s); all %d pairs count as training pairs%s",
-            sorted(df["split"].unique()), len(df), f", less the val_fraction={val_fraction} of their tasks held out" if val_fraction > 0 else "",
-        )
     if len(train) == 0:
+        if warn:
+            logging.getLogger("orchrm.train").warning(
+                "no pairs with split == 'train' (splits present: %s); all %d pairs count as training pairs%s",
+                sorted(df["split"].unique()), len(df),
+                f", less the val_fraction={val_fraction} of their tasks held out" if val_fraction > 0 else "",
+            )
         train, val = df, df.iloc[:0]
     if len(val) == 0 and val_fraction > 0:
         tasks = np.array(sorted(train["task_id"].unique()))

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchrm.errors import ConfigError, OrchRMError
+from orchrm.errors import OrchRMError
 
 _TELEMETRY_OFF = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -45,17 +45,12 @@ def seed_int(text: str) -> int:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from orchrm.collect import collect_to_file, summarize
+    from orchrm.collect import collect_to_file, parse_sources, summarize
     from orchrm.config import load_config
 
     cfg = load_config(args.config)
     domains = cfg.collect.domains if args.domain == "all" else (args.domain,)
-    source: str | dict[str, str] | None = args.source or dict(cfg.collect.sources) or None
-    if args.source and ":" in args.source:
-        parts = [part.split(":", 1) for part in args.source.split(",")]
-        if any(len(p) != 2 or not all(x.strip() for x in p) for p in parts):
-            raise ConfigError(f"--source {args.source!r}: give one name for every domain, or DOMAIN:NAME,DOMAIN:NAME,...")
-        source = {domain.strip(): name.strip() for domain, name in parts}
+    source = parse_sources(args.source) if args.source else dict(cfg.collect.sources) or None
     df = collect_to_file(
         args.out,
         domains=domains,

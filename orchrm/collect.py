@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from orchrm.agents.sandbox.noise import NoiseConfig
-from orchrm.errors import CollectionError, TaskError
+from orchrm.errors import CollectionError, ConfigError, TaskError
 from orchrm.executor import MultiAgentExecutor
 from orchrm.orchestrators import get_sampler
 from orchrm.plans import Plan
@@ -100,6 +100,17 @@ def run_tasks(
             )
             rows.extend(run.rows)
     return rows
+
+
+def parse_sources(text: str) -> str | dict[str, str]:
+    """A task-source option: one source name for every domain collected (``"gsm8k"``), or
+    ``"DOMAIN:NAME,DOMAIN:NAME,..."`` as ``{domain: name}``."""
+    if ":" not in text:
+        return text
+    parts = [part.split(":", 1) for part in text.split(",")]
+    if any(len(p) != 2 or not all(x.strip() for x in p) for p in parts):
+        raise ConfigError(f"task sources {text!r}: give one name for every domain, or DOMAIN:NAME,DOMAIN:NAME,...")
+    return {domain.strip(): name.strip() for domain, name in parts}
 
 
 def load_domain_tasks(domains: Sequence[str], n: int, seed: int, source: str | Mapping[str, str] | None) -> list[Task]:

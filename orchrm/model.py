@@ -393,8 +393,8 @@ class BradleyTerryModel(nn.Module):
             special = SpecialIds(**ids)
         except TypeError as exc:
             raise ModelFileError(f"{reader.path}: metadata 'special_ids' is damaged ({exc})") from None
-        vocab = getattr(encoder.config, "vocab_size", None)
-        if not all(type(v) is int and 0 <= v < (vocab or v + 1) for v in ids.values()):
+        vocab = getattr(encoder.config, "vocab_size", None) or math.inf
+        if not all(type(v) is int and 0 <= v < vocab for v in ids.values()):
             raise ModelFileError(f"{reader.path}: metadata 'special_ids' is damaged ({ids}: not token ids); re-save the model")
         model = cls._assemble(reader.model_config, encoder, reader.tokenizer(), special, lr=reader.number("lr"))
         model.load_weights(reader)

@@ -44,11 +44,7 @@ class QualityFn(Protocol):
 
 
 def _numbers(text: str) -> list[float]:
-    out = []
-    for token in _NUMBER.findall(text.translate(_MINUS)):
-        value = float(token.replace(",", ""))
-        out.append(value)
-    return out
+    return [float(token.replace(",", "")) for token in _NUMBER.findall(text.translate(_MINUS))]
 
 
 def parse_number(text: str | None) -> float | None:

@@ -401,6 +401,7 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         bad = non_boolean_rows(df["is_final"])
         if len(bad):
             problems.append(f"column 'is_final': not a boolean in rows {_rows_text(bad)}")
+    plans: dict[str, Plan] = {}  # each distinct <agent> plan text, parsed once
     if "plan_text" in df.columns:
         bad_plans, off_plan = [], []
         node_ids = df["node_id"] if "node_id" in df.columns else pd.Series(None, index=df.index, dtype=object)
@@ -409,7 +410,7 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
                 bad_plans.append(i)
             elif "<agent" in text:
                 try:
-                    parsed = Plan.parse(text)
+                    parsed = plans[text] if text in plans else plans.setdefault(text, Plan.parse(text))
                 except Exception:
                     bad_plans.append(i)
                     continue
@@ -436,11 +437,10 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     out["domain"] = df["domain"].fillna("custom").astype(str) if "domain" in df.columns else "custom"
     out["node_id"] = df["node_id"].fillna("final").astype(str) if "node_id" in df.columns else "final"
     out["agent"] = df["agent"].fillna("external").astype(str) if "agent" in df.columns else "external"
-    if "plan_text" in df.columns and "node_id" not in df.columns:  # rows of an <agent> plan: its sink's output
-        for i, text in df["plan_text"].items():
-            if "<agent" in text:
-                parsed = Plan.parse(text)
-                out.at[i, "node_id"] = parsed.sink
+    if "node_id" not in df.columns:  # a row of an <agent> plan is its sink's output
+        for i, text in df["plan_text"].items() if plans else ():
+            if text in plans:
+                out.at[i, "node_id"] = plans[text].sink
     group = df["plan_id"].astype(str) if "plan_id" in df.columns else None
     # default run id: a hash of the traces themselves, so two different files never share ids
     if "run_id" in df.columns:
@@ -448,7 +448,7 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     else:
         out["run_id"] = run_id or stable_id("ingest", hashlib.sha256(df.to_json(orient="split", default_handler=str).encode()).hexdigest())
     if "plan_text" in df.columns:
-        out["plan_text"] = [Plan.parse(t).render() if "<agent" in t else t.strip() for t in df["plan_text"]]
+        out["plan_text"] = [plans[t].render() if t in plans else t.strip() for t in df["plan_text"]]
     else:  # one execution's steps, in order: a plan id may recur across tasks and runs
         key = out["task_id"] + "\x1f" + out["run_id"] + "\x1f" + (group if group is not None else "")
         steps = (out["node_id"] + ": " + out["agent"]).groupby(key).transform(lambda s: "\n".join(s))
@@ -462,19 +462,18 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         )
     else:
         out["parent_ids"] = [[] for _ in range(len(df))]
-    if "plan_text" in df.columns:  # an <agent> plan says what the trace leaves out: each node's type, depth, parents
-        plans: dict[str, Plan] = {}
-        for i, text in df["plan_text"].items():
-            if "<agent" not in text:
-                continue
-            plan = plans.get(text) or plans.setdefault(text, Plan.parse(text))
-            node = out.at[i, "node_id"]
-            if "agent" not in df.columns or pd.isna(df.at[i, "agent"]):
-                out.at[i, "agent"] = plan.node(node).agent
-            if "depth" not in df.columns:
-                out.at[i, "depth"] = plan.depths()[node]
-            if "parent_ids" not in df.columns:
-                out.at[i, "parent_ids"] = list(plan.parents(node))
+    # an <agent> plan says what the trace leaves out: each node's type, depth and parents
+    depths = {text: plan.depths() for text, plan in plans.items()}
+    for i, text in df["plan_text"].items() if plans else ():
+        if text not in plans:
+            continue
+        plan, node = plans[text], out.at[i, "node_id"]
+        if "agent" not in df.columns or pd.isna(df.at[i, "agent"]):
+            out.at[i, "agent"] = plan.node(node).agent
+        if "depth" not in df.columns:
+            out.at[i, "depth"] = depths[text][node]
+        if "parent_ids" not in df.columns:
+            out.at[i, "parent_ids"] = list(plan.parents(node))
     out["answer"] = df["answer"].map(lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)) if "answer" in df.columns else None
     out["prompt_tokens"] = _as_int(df["prompt_tokens"]).astype("int64") if "prompt_tokens" in df.columns else out["question"].map(count_tokens)
     out["completion_tokens"] = _as_int(df["completion_tokens"]).astype("int64") if "completion_tokens" in df.columns else out["content"].map(count_tokens)

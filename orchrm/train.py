@@ -310,10 +310,11 @@ class Trainer:
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.callbacks = list(callbacks)
         self.device = None if device is None else torch.device(device)
-        if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ConfigError(f"device {device!r}: this PyTorch sees no CUDA GPU; use device='cpu' (or leave it unset)")
-        if self.device is not None and self.device.type == "cuda" and (self.device.index or 0) >= torch.cuda.device_count():
-            raise ConfigError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+        if self.device is not None and self.device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ConfigError(f"device {device!r}: this PyTorch sees no CUDA GPU; use device='cpu' (or leave it unset)")
+            if (self.device.index or 0) >= torch.cuda.device_count():
+                raise ConfigError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
         self.progress = progress
 
     # -- the loop ----------------------------------------------------------------------------
