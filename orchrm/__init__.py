@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "bt_loss": "orchrm.model",
     "Trainer": "orchrm.train",
     "OnnxScorer": "orchrm.onnxrt",
+    "NativeScorer": "orchrm.native",
     "load_config": "orchrm.config",
     "PipelineConfig": "orchrm.config",
 }

@@ -450,6 +450,14 @@ def _fused_qkv(att: nn.Module) -> tuple[Tensor, Tensor]:
     return cached
 
 
+def scaled_qkv(att: nn.Module, head_dim: int) -> tuple[Tensor, Tensor]:
+    """:func:`_fused_qkv` with the query rows scaled by 1/sqrt(head_dim): scores = (q / sqrt(d)) . k."""
+    w, b = _fused_qkv(att)
+    scale = torch.ones(w.shape[0], dtype=w.dtype, device=w.device)
+    scale[: w.shape[0] // 3] = head_dim**-0.5
+    return w * scale[:, None], b * scale
+
+
 @contextlib.contextmanager
 def cached_qkv(module: nn.Module) -> Iterator[None]:
     """Within the block, :func:`_fused_qkv` stacks each layer of ``module`` once; at its end the stacks go."""

@@ -101,6 +101,23 @@ class ScoringTexts:
     which: list[int]  # index into prompt_ids, per action
     packer: Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]], Sequence[int]], TokenBatch]
 
+    def chunks(self, config: ModelConfig, max_tokens: int) -> list[range]:
+        """Consecutive action ranges of at most ``max_tokens`` packed tokens each (at least one action)."""
+        shared = config.architecture == "shared_prompt"
+        framed = [encoders.framed_prompt_length(len(p), config.prompt_length()) for p in self.prompt_ids]
+        chunks, lo, tokens, seen = [], 0, 0, set()
+        for i, (a, j) in enumerate(zip(self.action_ids, self.which, strict=True)):
+            body = encoders.action_body_length(len(a), framed[j], config.max_length)
+            need = body + (framed[j] if (not shared or j not in seen) else 0)
+            if i > lo and tokens + need > max_tokens:
+                chunks.append(range(lo, i))
+                lo, tokens, seen = i, 0, set()
+                need = body + framed[j]
+            tokens += need
+            seen.add(j)
+        chunks.append(range(lo, len(self.action_ids)))
+        return chunks
+
     def pack(self, chunk: range) -> TokenBatch:
         """The actions of ``chunk`` in one batch, with each prompt they use once."""
         local = {j: k for k, j in enumerate(dict.fromkeys(self.which[i] for i in chunk))}

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from orchrm import encoders
 from orchrm.errors import ConfigError
-from orchrm.model import BradleyTerryModel, ScoringTexts
+from orchrm.model import BradleyTerryModel
 
 #: ONNX opset of the graph (Gelu is a standard operator from 20 on)
 OPSET = 20
@@ -208,10 +208,8 @@ def build_graph(model: BradleyTerryModel, *, dense: bool | None = None):
 
     for i, layer in enumerate(bert.encoder.layer):
         p = f"l{i}"
-        w, b = encoders._fused_qkv(layer.attention.self)
-        scale = torch.ones(3 * width)
-        scale[:width] = head_dim**-0.5  # scores = (q / sqrt(d)) . k
-        qkv = node("Gemm", [h, const(f"{p}.qkv.weight", w * scale[:, None]), const(f"{p}.qkv.bias", b * scale)], f"{p}.qkv", transB=1)
+        w, b = encoders.scaled_qkv(layer.attention.self, head_dim)
+        qkv = node("Gemm", [h, const(f"{p}.qkv.weight", w), const(f"{p}.qkv.bias", b)], f"{p}.qkv", transB=1)
         if dense:  # (T, 3H, d) -> q, k, v (T, H, d); FusedMatMul reads them as (H, T, d) without a copy
             q, k, v = (f"{p}.{n}" for n in "qkv")
             nodes.append(helper.make_node("Split", [node("Reshape", [qkv, as_heads], f"{p}.qkv3")], [q, k, v], axis=1, num_outputs=3))
@@ -393,30 +391,13 @@ class OnnxScorer:
             )
         return self._sessions[dense]
 
-    def _chunks(self, texts: ScoringTexts) -> list[range]:
-        """Consecutive action ranges of at most ``max_tokens`` packed tokens each (at least one action)."""
-        shared = self.model_config.architecture == "shared_prompt"
-        framed = [encoders.framed_prompt_length(len(p), self.model_config.prompt_length()) for p in texts.prompt_ids]
-        chunks, lo, tokens, seen = [], 0, 0, set()
-        for i, (a, j) in enumerate(zip(texts.action_ids, texts.which, strict=True)):
-            body = encoders.action_body_length(len(a), framed[j], self.model_config.max_length)
-            need = body + (framed[j] if (not shared or j not in seen) else 0)
-            if i > lo and tokens + need > self.max_tokens:
-                chunks.append(range(lo, i))
-                lo, tokens, seen = i, 0, set()
-                need = body + framed[j]
-            tokens += need
-            seen.add(j)
-        chunks.append(range(lo, len(texts.action_ids)))
-        return chunks
-
     def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
         """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
         texts = self._scoring_texts(prompts, actions)
         if texts is None:
             return torch.zeros(0)
         out = []
-        for chunk in self._chunks(texts):
+        for chunk in texts.chunks(self.model_config, self.max_tokens):
             batch = texts.pack(chunk)
             dense = self.dense_for(batch)
             out.append(self.session(dense=dense).run(None, graph_inputs(batch, dense=dense))[0])

@@ -97,7 +97,7 @@ def test_chunking_does_not_change_a_reward(trained_model, pairs):
     whole = OnnxScorer(trained_model, max_tokens=100_000)
     tiny = OnnxScorer(trained_model, max_tokens=1)  # one action per chunk
     middle = OnnxScorer(trained_model, max_tokens=120)
-    assert len(middle._chunks(trained_model.scoring_texts(prompts, actions))) > 2
+    assert len(trained_model.scoring_texts(prompts, actions).chunks(middle.model_config, middle.max_tokens)) > 2
     ref = whole.score(prompts, actions)
     torch.testing.assert_close(tiny.score(prompts, actions), ref, rtol=0, atol=1e-5)
     torch.testing.assert_close(middle.score(prompts, actions), ref, rtol=0, atol=1e-5)

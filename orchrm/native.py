@@ -1,0 +1,276 @@
+"""Scoring through a compiled forward pass: the rewards of :meth:`BradleyTerryModel.score`, one C call per chunk.
+
+>>> scorer = NativeScorer(model)               # doctest: +SKIP
+>>> scorer.score("What is 2 + 3?", plans)      # doctest: +SKIP   # == model.score(...) within 1e-5
+
+Why: at the size of a test-time-scaling call (one question, 8 short plans, about 150 tokens) the
+linear layers are small matrix products, and what the runtime does around them decides the
+latency. This scorer runs the whole forward pass in one call to ``native_score.c`` (compiled on
+first use with the machine's C compiler, ``-O3 -march=native``, and cached): the linear layers'
+weights packed once into the layout of MKL's matrix kernels (the MKL that PyTorch's x86-64 builds
+carry), attention computed only over the keys each block of queries may see (a prompt's tokens
+over their prompt; an action's over its prompt, then itself), and every other step one loop over
+the data (bias and activation, residual and LayerNorm). ``benchmarks/results/latency.md`` times it
+beside :class:`orchrm.onnxrt.OnnxScorer` and ``model.score``.
+
+Needs: a BERT-family encoder (:func:`orchrm.encoders.supports_shared_prompt`), a PyTorch build
+with MKL (``torch.backends.mkl.is_available()``: the x86-64 builds) and a C compiler (``$CC``,
+else ``cc``). The library is cached under ``$ORCHRM_CACHE_DIR`` (default
+``$XDG_CACHE_HOME/orchrm``, else ``~/.cache/orchrm``), one build per source, compiler, PyTorch
+and CPU. MKL's kernels are fastest on Intel CPUs; on AMD ones ONNX Runtime's may be faster (the
+benchmark says, per machine). The scorer copies the weights when it is built: train the model
+further and build a new one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import weakref
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from orchrm import encoders
+from orchrm.errors import ConfigError
+from orchrm.model import BradleyTerryModel
+
+#: a chunk holds at most this many tokens (unless one action alone is longer)
+DEFAULT_MAX_TOKENS = 512
+#: ``transformers`` activation -> the C code's
+_ACTIVATIONS = {"gelu": 0, "gelu_new": 1, "gelu_pytorch_tanh": 1, "relu": 2}
+_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared"]
+#: the C code's error codes; ``{bad}``: the token, block or action at fault
+_ERRORS = {
+    1: "out of memory",
+    2: "token {bad}'s id is outside the vocabulary",
+    3: "token {bad}'s position is outside the position table",
+    4: "token {bad}'s segment is outside the token-type table",
+    5: "attention block {bad} is malformed",
+    6: "action {bad}'s pooled tokens are malformed",
+    7: "the model's weights are incomplete",
+}
+
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+
+
+def cache_dir() -> Path:
+    """Where compiled libraries are kept: ``$ORCHRM_CACHE_DIR``, else ``$XDG_CACHE_HOME/orchrm``, else ``~/.cache/orchrm``."""
+    if os.environ.get("ORCHRM_CACHE_DIR"):
+        return Path(os.environ["ORCHRM_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchrm"
+
+
+def _cpu_identity() -> str:
+    """The CPU's model and feature flags (``-march=native`` compiles for exactly these)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [line for line in text.splitlines() if line.startswith(("model name", "flags", "Features", "CPU part"))]
+    return "\n".join(dict.fromkeys(keep))
+
+
+def _compiler() -> list[str]:
+    """``$CC`` (split like a shell would: it may carry flags), else the first of cc, gcc, clang found."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise ConfigError(
+            "NativeScorer compiles its forward pass on first use and found no C compiler: install one "
+            "(e.g. apt-get install gcc) or set CC, or score with orchrm.onnxrt.OnnxScorer"
+        )
+    return shlex.split(cc)
+
+
+def _build(source: bytes, torch_lib: Path) -> Path:
+    """The compiled library's path: from the cache, else compiled there now.
+
+    One build per source, flags, PyTorch (its version and where it lies: the library links to its
+    ``libtorch_cpu``) and CPU (``-march=native``); which compiler built it does not matter, so a
+    cached library needs none.
+    """
+    key = hashlib.sha256(
+        b"\0".join(x.encode() if isinstance(x, str) else x for x in
+                   (source, " ".join(_FLAGS), torch.__version__, str(torch_lib), _cpu_identity()))
+    ).hexdigest()[:24]
+    target = cache_dir() / "native" / key / "liborchrm_score.so"
+    if target.exists():
+        return target
+    cc = _compiler()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        src, lib = Path(tmp) / "native_score.c", Path(tmp) / target.name
+        src.write_bytes(source)
+        cmd = [*cc, *_FLAGS, str(src), "-o", str(lib), f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}", "-lm"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ConfigError(
+                f"the C compiler {cc[0]!r} does not run ({exc}): install one or set CC to a working one, "
+                "or score with orchrm.onnxrt.OnnxScorer"
+            ) from exc
+        if done.returncode != 0:
+            raise ConfigError(
+                f"compiling NativeScorer's forward pass failed ({' '.join(cc)} exited with {done.returncode}):\n"
+                f"{done.stderr.strip()[-2000:]}\nfix the compiler (or set CC), or score with orchrm.onnxrt.OnnxScorer"
+            )
+        os.replace(lib, target)  # atomic: another process sees the whole library or none
+    return target
+
+
+def library() -> ctypes.CDLL:
+    """The compiled forward pass, built on first use (see the module's docstring)."""
+    global _library
+    with _lock:
+        if _library is None:
+            if not torch.backends.mkl.is_available():
+                raise ConfigError(
+                    "NativeScorer runs on the MKL that PyTorch's x86-64 builds carry, and this PyTorch has none "
+                    f"({torch.__version__} on {platform.machine()}): score with orchrm.onnxrt.OnnxScorer"
+                )
+            torch_lib = Path(torch.__file__).parent / "lib"
+            source = resources.files("orchrm").joinpath("native_score.c").read_bytes()
+            lib = ctypes.CDLL(str(_build(source, torch_lib)))
+            f32, i32, i64 = (ctypes.POINTER(t) for t in (ctypes.c_float, ctypes.c_int, ctypes.c_int64))
+            c_int, c_float, ptr = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+            lib.orm_new.restype = ptr
+            lib.orm_new.argtypes = [c_int] * 6
+            lib.orm_free.argtypes = [ptr]
+            lib.orm_free.restype = None
+            lib.orm_set_embeddings.argtypes = [ptr, f32, c_int, f32, c_int, f32, c_int, f32, f32, c_float]
+            lib.orm_set_layer.argtypes = [ptr, c_int, f32, f32, f32, f32, f32, f32, c_float, f32, f32, f32, f32, f32, f32, c_float]
+            lib.orm_set_head.argtypes = [ptr, f32, f32, f32, c_float]
+            lib.orm_score.argtypes = [ptr, c_int, i64, i64, i64, c_int, i32, c_int, i32, c_int, f32, i32]
+            for name in ("orm_set_embeddings", "orm_set_layer", "orm_set_head", "orm_score"):
+                getattr(lib, name).restype = c_int
+            _library = lib
+        return _library
+
+
+def _floats(t: Tensor | np.ndarray) -> np.ndarray:
+    a = t.detach().cpu().float().numpy() if isinstance(t, Tensor) else t
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _ptr(a: np.ndarray, kind=ctypes.c_float):
+    return a.ctypes.data_as(ctypes.POINTER(kind))
+
+
+class NativeScorer:
+    """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through one compiled call per chunk.
+
+    ``threads``: MKL's threads for the matrix products (default: ``torch.get_num_threads()``);
+    the rest runs on the calling thread. ``max_tokens``: the most tokens one chunk holds.
+    """
+
+    def __init__(self, model: BradleyTerryModel, *, threads: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+        if not model.fitted:
+            raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
+        bert = model.encoder
+        if not encoders.supports_shared_prompt(bert):
+            raise ConfigError(
+                f"NativeScorer supports BERT-family encoders; this model's encoder is "
+                f"{bert.config.model_type!r}: score with model.score(...)"
+            )
+        cfg = bert.config
+        act = _ACTIVATIONS.get(cfg.hidden_act) if isinstance(cfg.hidden_act, str) else None
+        if act is None:
+            raise ConfigError(
+                f"NativeScorer knows the activations {sorted(_ACTIVATIONS)}; this encoder uses "
+                f"{cfg.hidden_act!r}: score with model.score(...)"
+            )
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        threads = torch.get_num_threads() if threads is None else threads
+        if threads < 1:
+            raise ValueError("threads must be >= 1")
+        lib = library()
+        self.model_config = model.config
+        self.max_tokens = max_tokens
+        self.threads = threads
+        self._scoring_texts = model.scoring_texts
+        self.reward_mean = model.reward_mean
+        self.reward_std = model.reward_std
+        head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
+        width, heads = cfg.hidden_size, cfg.num_attention_heads
+        handle = lib.orm_new(width, heads, len(bert.encoder.layer), cfg.intermediate_size, head[0].out_features, act)
+        if not handle:
+            raise ConfigError(f"NativeScorer cannot hold this encoder's shape ({width} wide, {heads} heads)")
+        self._lib, self._handle = lib, handle
+        self._finalizer = weakref.finalize(self, lib.orm_free, handle)
+        with torch.no_grad():
+            self._load_weights(model, width // heads)
+
+    def _check(self, rc: int, what: str, bad: int = -1) -> None:
+        if rc:
+            raise RuntimeError(f"NativeScorer: {what}: {_ERRORS.get(rc, f'error {rc}').format(bad=bad)}")
+
+    def _load_weights(self, model: BradleyTerryModel, head_dim: int) -> None:
+        lib, handle, bert = self._lib, self._handle, model.encoder
+        emb = bert.embeddings
+        word, pos, types = (_floats(t.weight) for t in (emb.word_embeddings, emb.position_embeddings, emb.token_type_embeddings))
+        self._types = types.shape[0]
+        g, b = _floats(emb.LayerNorm.weight), _floats(emb.LayerNorm.bias)
+        self._check(lib.orm_set_embeddings(handle, _ptr(word), word.shape[0], _ptr(pos), pos.shape[0], _ptr(types),
+                                           types.shape[0], _ptr(g), _ptr(b), float(emb.LayerNorm.eps)), "embeddings")
+        for i, layer in enumerate(bert.encoder.layer):
+            w, bias = encoders.scaled_qkv(layer.attention.self, head_dim)
+            out, ffn = layer.attention.output, layer.output
+            arrays = [_floats(x) for x in (w, bias, out.dense.weight, out.dense.bias, out.LayerNorm.weight, out.LayerNorm.bias,
+                                           layer.intermediate.dense.weight, layer.intermediate.dense.bias, ffn.dense.weight,
+                                           ffn.dense.bias, ffn.LayerNorm.weight, ffn.LayerNorm.bias)]
+            p = [_ptr(a) for a in arrays]
+            self._check(lib.orm_set_layer(handle, i, *p[:6], float(out.LayerNorm.eps), *p[6:], float(ffn.LayerNorm.eps)), f"layer {i}")
+        head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
+        w1, b1, w2 = _floats(head[0].weight), _floats(head[0].bias), _floats(head[1].weight).reshape(-1)
+        self._check(lib.orm_set_head(handle, _ptr(w1), _ptr(b1), _ptr(w2), float(head[1].bias.item())), "head")
+
+    def _run(self, batch: encoders.TokenBatch) -> np.ndarray:
+        """The rewards of one packed chunk, from one call of the compiled forward pass."""
+        lens = np.concatenate([batch.prompt_lens.numpy(), batch.action_lens.numpy()]).astype(np.int32)
+        ends = np.cumsum(lens, dtype=np.int32)
+        starts = ends - lens
+        n_prompts = len(batch.prompt_lens)
+        # attention blocks (q0, q1, a0, a1, b0, b1): prompt rows over themselves; action rows over
+        # themselves (joint) or over their prompt's keys, then their own (shared_prompt)
+        blocks = np.zeros((len(lens), 6), dtype=np.int32)
+        blocks[:, 0], blocks[:, 1] = starts, ends
+        blocks[:, 2], blocks[:, 3] = starts, ends
+        if batch.action_prompt is not None:
+            which = batch.action_prompt.numpy()
+            blocks[n_prompts:, 2], blocks[n_prompts:, 3] = starts[which], ends[which]
+            blocks[n_prompts:, 4], blocks[n_prompts:, 5] = starts[n_prompts:], ends[n_prompts:]
+        action_ends = ends[n_prompts:]
+        pool = np.ascontiguousarray(np.stack([action_ends - batch.pool_lens.numpy().astype(np.int32), action_ends], axis=1))
+        ids, positions = batch.input_ids.numpy(), batch.positions.numpy()
+        segments = batch.segments.numpy() if self._types > 1 else np.zeros_like(ids)  # one row: every token adds it
+        out = np.empty(batch.num_actions, dtype=np.float32)
+        bad = ctypes.c_int(-1)
+        rc = self._lib.orm_score(
+            self._handle, batch.num_tokens, _ptr(ids, ctypes.c_int64), _ptr(positions, ctypes.c_int64),
+            _ptr(segments, ctypes.c_int64), len(blocks), _ptr(blocks, ctypes.c_int), batch.num_actions,
+            _ptr(pool, ctypes.c_int), self.threads, _ptr(out), ctypes.byref(bad),
+        )
+        self._check(rc, "scoring", bad.value)
+        return out
+
+    def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
+        """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
+        texts = self._scoring_texts(prompts, actions)
+        if texts is None:
+            return torch.zeros(0)
+        out = [self._run(texts.pack(chunk)) for chunk in texts.chunks(self.model_config, self.max_tokens)]
+        rewards = torch.from_numpy(np.concatenate(out))
+        return (rewards - self.reward_mean) / self.reward_std if normalize else rewards

@@ -1,0 +1,557 @@
+/* The reward model's forward pass for CPU scoring, in one call per chunk (orchrm.native).
+ *
+ * The encoder is a BERT-family stack (embeddings + LayerNorm, L layers of self-attention and a
+ * feed-forward block, post-LayerNorm), then mean pooling over each action's pooled tokens and
+ * the reward head (Linear, GELU, Linear). Tokens stay packed, as orchrm.encoders.encode_packed
+ * keeps them. Attention runs per block of queries that see the same keys: at most two
+ * contiguous key ranges (shared_prompt: a prompt's tokens see their prompt; an action's tokens
+ * see their prompt, then themselves; joint: a row sees itself), so no score of a key a query
+ * may not see is ever computed.
+ *
+ * Matrix products go through the MKL that PyTorch carries (its exported symbols, resolved from
+ * libtorch_cpu when this library is loaded): the linear layers' weights are packed once with
+ * cblas_sgemm_pack (the layout MKL's kernels read), the attention's small products are sgemm_
+ * calls that read the heads in place. Everything else runs in loops here, one pass each.
+ * Single precision throughout, like the model.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* MKL, as libtorch_cpu exports it */
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, PACKED = 151, A_MATRIX = 161, B_MATRIX = 162 };
+size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k);
+void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha,
+                      const float *src, int ld, float *dest);
+void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k, const float *a,
+                         int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void sgemm_(const char *transa, const char *transb, const int *m, const int *n, const int *k,
+            const float *alpha, const float *a, const int *lda, const float *b, const int *ldb,
+            const float *beta, float *c, const int *ldc);
+void vsErf(int n, const float *a, float *r);
+void vsTanh(int n, const float *a, float *r);
+void vsExp(int n, const float *a, float *r);
+int MKL_Set_Num_Threads_Local(int nt); /* the C interface; the lower-case name is Fortran's */
+
+enum { ACT_GELU = 0, ACT_GELU_TANH = 1, ACT_RELU = 2 };
+enum { OK = 0, ERR_MEMORY = 1, ERR_TOKEN = 2, ERR_POSITION = 3, ERR_SEGMENT = 4, ERR_BLOCK = 5,
+       ERR_POOL = 6, ERR_INCOMPLETE = 7 };
+
+/* erf(x) within a few float ulps: Eigen's rational approximation (odd degree 13 over even degree
+ * 8, exact to float precision beyond |x| = 4); plain arithmetic, so the loops that call it vectorize */
+static inline float erf_approx(float x) {
+    x = x < -4.0f ? -4.0f : x > 4.0f ? 4.0f : x; /* not fminf/fmaxf: those do not vectorize */
+    const float x2 = x * x;
+    float p = -2.72614225801306e-10f;
+    p = p * x2 + 2.77068142495902e-08f;
+    p = p * x2 + -2.10102402082508e-06f;
+    p = p * x2 + -5.69250639462346e-05f;
+    p = p * x2 + -7.34990630326855e-04f;
+    p = p * x2 + -2.95459980854025e-03f;
+    p = p * x2 + -1.60960333262415e-02f;
+    float q = -1.45660718464996e-05f;
+    q = q * x2 + -2.13374055278905e-04f;
+    q = q * x2 + -1.68282697438203e-03f;
+    q = q * x2 + -7.37332916720468e-03f;
+    q = q * x2 + -1.42647390514189e-02f;
+    return x * p / q;
+}
+
+/* exp(x) for x <= 0 (a softmax's scores less their row's maximum), within about one float ulp:
+ * 2^n exp(r), |r| <= ln(2)/2, Cephes' polynomial. Below -87 (where exp leaves the normal floats)
+ * it returns exp(-87) ~ 1.6e-38: nothing beside the row's largest weight of 1, and never a
+ * denormal, whose arithmetic takes the CPU's slow path. */
+static inline float exp_nonpositive(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
+    float n = (x * 1.44269504088896341f + magic) - magic;
+    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } scale = {.i = ((int32_t)n + 127) << 23};
+    return p * scale.f;
+}
+
+static inline float gelu(float x) { return 0.5f * x * (1.0f + erf_approx(x * 0.70710678118654752f)); }
+
+typedef struct {
+    int n, k;      /* out, in */
+    float *packed; /* MKL's packed layout of the (n, k) weight: as the right factor, transposed
+                      (x W^T, one token a row); for the keys, as the left factor (W x^T, one token a column) */
+    float *bias;   /* (n,) */
+} linear_t;
+
+typedef struct {
+    float *gamma, *beta;
+    float eps;
+} norm_t;
+
+typedef struct {
+    linear_t qv, key, out, inter, ffn; /* qv: queries and values; key: packed as the left factor */
+    norm_t ln1, ln2;
+} layer_t;
+
+typedef struct {
+    int width, heads, layers, inter, head_hidden, act;
+    int vocab, positions, types;
+    float *word, *pos, *type; /* (vocab, W), (positions, W), (types, W) */
+    norm_t emb_ln;
+    layer_t *layer;
+    float *head_w1, *head_b1, *head_w2, head_b2; /* (Hh, W), (Hh,), (Hh,), scalar */
+    int ready;                                   /* bit 0: embeddings, 1: head, 2 + i: layer i */
+} model_t;
+
+static float *copy_of(const float *src, size_t n) {
+    float *dst = malloc(n * sizeof(float));
+    if (dst) memcpy(dst, src, n * sizeof(float));
+    return dst;
+}
+
+#define PACK_ROWS 512 /* the row count the weights are packed for: a chunk's most tokens by default */
+
+static int set_linear(linear_t *lin, const float *w, const float *b, int n, int k, int left) {
+    lin->n = n;
+    lin->k = k;
+    const int id = left ? A_MATRIX : B_MATRIX;
+    /* packed for products with PACK_ROWS tokens: any count reads it, but MKL lays it out for the
+     * kernels of the count it is told (packed for 2 rows, 162-row products ran 11% slower) */
+    lin->packed = left ? malloc(cblas_sgemm_pack_get_size(id, n, PACK_ROWS, k))
+                       : malloc(cblas_sgemm_pack_get_size(id, PACK_ROWS, n, k));
+    lin->bias = copy_of(b, n);
+    if (!lin->packed || !lin->bias) return ERR_MEMORY;
+    if (left)
+        cblas_sgemm_pack(ROW_MAJOR, id, NO_TRANS, n, PACK_ROWS, k, 1.0f, w, k, lin->packed);
+    else
+        cblas_sgemm_pack(ROW_MAJOR, id, TRANS, PACK_ROWS, n, k, 1.0f, w, k, lin->packed);
+    return OK;
+}
+
+static int set_norm(norm_t *ln, const float *g, const float *b, float eps, int width) {
+    ln->gamma = copy_of(g, width);
+    ln->beta = copy_of(b, width);
+    ln->eps = eps;
+    return ln->gamma && ln->beta ? OK : ERR_MEMORY;
+}
+
+void *orm_new(int width, int heads, int layers, int inter, int head_hidden, int act) {
+    if (width < 1 || heads < 1 || width % heads || layers < 1 || inter < 1 || head_hidden < 1 ||
+         act < ACT_GELU || act > ACT_RELU || layers > 29)
+        return NULL;
+    model_t *m = calloc(1, sizeof(model_t));
+    if (!m) return NULL;
+    m->layer = calloc(layers, sizeof(layer_t));
+    if (!m->layer) {
+        free(m);
+        return NULL;
+    }
+    m->width = width;
+    m->heads = heads;
+    m->layers = layers;
+    m->inter = inter;
+    m->head_hidden = head_hidden;
+    m->act = act;
+    return m;
+}
+
+static void free_linear(linear_t *l) {
+    free(l->packed);
+    free(l->bias);
+}
+
+static void free_norm(norm_t *n) {
+    free(n->gamma);
+    free(n->beta);
+}
+
+void orm_free(void *handle) {
+    model_t *m = handle;
+    if (!m) return;
+    free(m->word);
+    free(m->pos);
+    free(m->type);
+    free_norm(&m->emb_ln);
+    for (int i = 0; i < m->layers; i++) {
+        layer_t *l = &m->layer[i];
+        free_linear(&l->qv);
+        free_linear(&l->key);
+        free_linear(&l->out);
+        free_linear(&l->inter);
+        free_linear(&l->ffn);
+        free_norm(&l->ln1);
+        free_norm(&l->ln2);
+    }
+    free(m->layer);
+    free(m->head_w1);
+    free(m->head_b1);
+    free(m->head_w2);
+    free(m);
+}
+
+int orm_set_embeddings(void *handle, const float *word, int vocab, const float *pos, int positions,
+                       const float *type, int types, const float *gamma, const float *beta, float eps) {
+    model_t *m = handle;
+    size_t w = m->width;
+    m->vocab = vocab;
+    m->positions = positions;
+    m->types = types;
+    m->word = copy_of(word, vocab * w);
+    m->pos = copy_of(pos, positions * w);
+    m->type = copy_of(type, types * w);
+    if (!m->word || !m->pos || !m->type) return ERR_MEMORY;
+    int rc = set_norm(&m->emb_ln, gamma, beta, eps, m->width);
+    if (rc == OK) m->ready |= 1;
+    return rc;
+}
+
+/* qkv_w: (3W, W), the query rows already scaled by 1/sqrt(head size), like qkv_b */
+int orm_set_layer(void *handle, int i, const float *qkv_w, const float *qkv_b, const float *out_w,
+                  const float *out_b, const float *ln1_g, const float *ln1_b, float ln1_eps,
+                  const float *inter_w, const float *inter_b, const float *ffn_w, const float *ffn_b,
+                  const float *ln2_g, const float *ln2_b, float ln2_eps) {
+    model_t *m = handle;
+    if (i < 0 || i >= m->layers) return ERR_INCOMPLETE;
+    layer_t *l = &m->layer[i];
+    int w = m->width, rc;
+    float *qv_w = malloc((size_t)2 * w * w * sizeof(float)), *qv_b = malloc((size_t)2 * w * sizeof(float));
+    if (!qv_w || !qv_b) {
+        free(qv_w);
+        free(qv_b);
+        return ERR_MEMORY;
+    }
+    memcpy(qv_w, qkv_w, (size_t)w * w * sizeof(float));
+    memcpy(qv_w + (size_t)w * w, qkv_w + (size_t)2 * w * w, (size_t)w * w * sizeof(float));
+    memcpy(qv_b, qkv_b, w * sizeof(float));
+    memcpy(qv_b + w, qkv_b + 2 * w, w * sizeof(float));
+    rc = set_linear(&l->qv, qv_w, qv_b, 2 * w, w, 0);
+    free(qv_w);
+    free(qv_b);
+    if (rc || (rc = set_linear(&l->key, qkv_w + (size_t)w * w, qkv_b + w, w, w, 1)) ||
+        (rc = set_linear(&l->out, out_w, out_b, w, w, 0)) ||
+        (rc = set_linear(&l->inter, inter_w, inter_b, m->inter, w, 0)) ||
+        (rc = set_linear(&l->ffn, ffn_w, ffn_b, w, m->inter, 0)) ||
+        (rc = set_norm(&l->ln1, ln1_g, ln1_b, ln1_eps, w)) ||
+        (rc = set_norm(&l->ln2, ln2_g, ln2_b, ln2_eps, w)))
+        return rc;
+    m->ready |= 1 << (2 + i);
+    return OK;
+}
+
+int orm_set_head(void *handle, const float *w1, const float *b1, const float *w2, float b2) {
+    model_t *m = handle;
+    m->head_w1 = copy_of(w1, (size_t)m->head_hidden * m->width);
+    m->head_b1 = copy_of(b1, m->head_hidden);
+    m->head_w2 = copy_of(w2, m->head_hidden);
+    m->head_b2 = b2;
+    if (!m->head_w1 || !m->head_b1 || !m->head_w2) return ERR_MEMORY;
+    m->ready |= 2;
+    return OK;
+}
+
+/* y (t, n) = x (t, k) . W^T, then + bias */
+static void linear(const linear_t *lin, const float *x, int t, float *y) {
+    cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, t, lin->n, lin->k, x, lin->k, lin->packed,
+                        lin->k, 0.0f, y, lin->n);
+}
+
+/* row <- LayerNorm(row): mean, then variance about it, then scale and shift */
+static void norm(float *restrict row, const norm_t *ln, int w) {
+    float mean = 0.0f, var = 0.0f;
+#pragma omp simd reduction(+ : mean)
+    for (int j = 0; j < w; j++) mean += row[j];
+    mean /= w;
+#pragma omp simd reduction(+ : var)
+    for (int j = 0; j < w; j++) var += (row[j] - mean) * (row[j] - mean);
+    const float inv = 1.0f / sqrtf(var / w + ln->eps);
+    const float *restrict g = ln->gamma, *restrict b = ln->beta;
+#pragma omp simd
+    for (int j = 0; j < w; j++) row[j] = (row[j] - mean) * inv * g[j] + b[j];
+}
+
+/* skip <- LayerNorm(skip + x + bias): the residual connection and its norm */
+static void add_norm(float *restrict skip, const float *restrict x, const float *restrict bias, const norm_t *ln, int w) {
+#pragma omp simd
+    for (int j = 0; j < w; j++) skip[j] += x[j] + bias[j];
+    norm(skip, ln, w);
+}
+
+/* x <- act(x + bias) over t rows of n; tmp (t * n floats): scratch for the tanh form */
+static void activate(float *restrict x, const float *restrict bias, int t, int n, int act, float *restrict tmp) {
+    for (int i = 0; i < t; i++) {
+        float *restrict row = x + (size_t)i * n, *restrict u = tmp + (size_t)i * n;
+        if (act == ACT_GELU) {
+#pragma omp simd
+            for (int j = 0; j < n; j++) row[j] = gelu(row[j] + bias[j]);
+        } else if (act == ACT_RELU) {
+#pragma omp simd
+            for (int j = 0; j < n; j++) {
+                const float z = row[j] + bias[j];
+                row[j] = z > 0.0f ? z : 0.0f;
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < n; j++) {
+                row[j] += bias[j];
+                u[j] = 0.7978845608028654f * (row[j] + 0.044715f * row[j] * row[j] * row[j]); /* sqrt(2 / pi) */
+            }
+            vsTanh(n, u, u);
+#pragma omp simd
+            for (int j = 0; j < n; j++) row[j] = 0.5f * row[j] * (1.0f + u[j]);
+        }
+    }
+}
+
+/* 16 floats, one AVX-512 register (two AVX ones): GCC's vector extension, which compiles to the
+ * widest vectors the target has. Loads and stores through it need no alignment. */
+typedef float vec __attribute__((vector_size(64), aligned(4)));
+#define KEYS 16 /* floats in a vec */
+
+/* Keys per head, transposed: kt[c * stride + j] = k_j[c] + its bias, column c = h * d + c' of
+ * head h: one MKL product with the packed key weight as the left factor, kt (W, t) = W_k x^T.
+ * The score loop reads 32 keys at a time: stride >= t + 32, and the columns past t stay zero. */
+static void keys(const linear_t *key, const float *restrict x, int t, int stride, float *restrict kt) {
+    cblas_sgemm_compute(ROW_MAJOR, PACKED, TRANS, key->n, t, key->k, key->packed, key->k, x, key->k, 0.0f, kt, stride);
+    for (int c = 0; c < key->n; c++) {
+        float *restrict row = kt + (size_t)c * stride;
+        const float b = key->bias[c];
+#pragma omp simd
+        for (int j = 0; j < t; j++) row[j] += b;
+    }
+}
+
+#define ROWS 4 /* query rows that go through attention together, sharing each key's and value's loads */
+
+/* scores[r][0, 32) = q_r . k_j for ROWS query rows (q[r]: d floats each) and the 32 keys from j0 on
+ * (kt: this head's transposed keys, rows stride apart): eight multiply-adds in flight, six loads
+ * for eight of them */
+static inline __attribute__((always_inline)) void score_tile(const float *const q[ROWS], const float *restrict kt,
+                                                             int stride, int j0, int d, float *const s[ROWS]) {
+    vec acc[ROWS][2] = {{{0}}};
+    const float *restrict col = kt + j0;
+    for (int c = 0; c < d; c++) {
+        const vec k0 = *(const vec *)(col + (size_t)c * stride), k1 = *(const vec *)(col + (size_t)c * stride + KEYS);
+        for (int r = 0; r < ROWS; r++) {
+            acc[r][0] += q[r][c] * k0;
+            acc[r][1] += q[r][c] * k1;
+        }
+    }
+    for (int r = 0; r < ROWS; r++) {
+        *(vec *)s[r] = acc[r][0];
+        *(vec *)(s[r] + KEYS) = acc[r][1];
+    }
+}
+
+/* out[r][0, d) (+)= sum over the n keys from j0 on of p[r][j] v_j, for ROWS rows (v: rows ld apart;
+ * d at most 64: attend_head() runs wider heads in 64-wide slices) */
+static inline __attribute__((always_inline)) void weigh_values(const float *const p[ROWS], const float *restrict v,
+                                                               int ld, int j0, int n, int d, float *const out[ROWS],
+                                                               int accumulate) {
+    vec acc[ROWS][4];
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < d / KEYS; c++) acc[r][c] = accumulate ? *(const vec *)(out[r] + KEYS * c) : (vec){0};
+    for (int j = 0; j < n; j++) {
+        const float *restrict row = v + (size_t)(j0 + j) * ld;
+        for (int c = 0; c < d / KEYS; c++) {
+            const vec x = *(const vec *)(row + KEYS * c);
+            for (int r = 0; r < ROWS; r++) acc[r][c] += p[r][j] * x;
+        }
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < d / KEYS; c++) *(vec *)(out[r] + KEYS * c) = acc[r][c];
+    for (int c = d / KEYS * KEYS; c < d; c++) /* a head size that is not a multiple of 16: the rest */
+        for (int r = 0; r < ROWS; r++) {
+            float sum = accumulate ? out[r][c] : 0.0f;
+            for (int j = 0; j < n; j++) sum += p[r][j] * v[(size_t)(j0 + j) * ld + c];
+            out[r][c] = sum;
+        }
+}
+
+/* s[0, n) <- softmax(s[0, n)) */
+static inline void softmax(float *restrict s, int n) {
+    float top = s[0], sum = 0.0f;
+#pragma omp simd reduction(max : top)
+    for (int j = 1; j < n; j++) top = s[j] > top ? s[j] : top;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+        s[j] = exp_nonpositive(s[j] - top);
+        sum += s[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int j = 0; j < n; j++) s[j] *= inv;
+}
+
+/* One head's attention for query rows [q0, q1) over the keys [a0, a1) then [b0, b1) into out
+ * (row i at out + (i - q0) * ldo). Scores go to s, one row of sw floats per query row (padded to
+ * a multiple of ROWS rows), 32 keys at a time for all rows, so the 32 keys' slice of kt stays in
+ * the L1 cache while every row reads it; then the softmax of each row; then the values, ROWS rows
+ * at a time. Rows past q1 repeat the last one and write to spare (ROWS * d floats). */
+static inline __attribute__((always_inline)) void attend_head(const float *restrict q, int ldq, const float *restrict kt,
+                                                              int stride, const float *restrict v, int ldv, int q0,
+                                                              int q1, int a0, int a1, int b0, int b1, int d, float *s,
+                                                              int sw, float *out, int ldo, float *spare) {
+    const int na = a1 - a0, nb = b1 - b0, nq = q1 - q0;
+    for (int part = 0; part < 2; part++) {
+        const int lo = part ? b0 : a0, n = part ? nb : na, at = part ? na : 0;
+        for (int j = 0; j < n; j += 2 * KEYS)
+            for (int i = 0; i < nq; i += ROWS) {
+                const float *qr[ROWS];
+                float *sr[ROWS];
+                for (int r = 0; r < ROWS; r++) {
+                    qr[r] = q + (size_t)(q0 + (i + r < nq ? i + r : nq - 1)) * ldq;
+                    sr[r] = s + (size_t)(i + r) * sw + at + j;
+                }
+                score_tile(qr, kt, stride, lo + j, d, sr);
+            }
+    }
+    for (int i = 0; i < nq; i++) softmax(s + (size_t)i * sw, na + nb);
+    for (int i = 0; i < nq; i += ROWS) {
+        const float *pa[ROWS], *pb[ROWS];
+        for (int r = 0; r < ROWS; r++) {
+            pa[r] = s + (size_t)(i + r) * sw;
+            pb[r] = pa[r] + na;
+        }
+        for (int c = 0; c < d; c += 64) { /* 64 columns at a time: ROWS x 4 accumulators */
+            float *o[ROWS];
+            for (int r = 0; r < ROWS; r++) o[r] = (i + r < nq ? out + (size_t)(i + r) * ldo : spare + (size_t)r * d) + c;
+            if (d - c >= 64) {
+                weigh_values(pa, v + c, ldv, a0, na, 64, o, 0);
+                if (nb) weigh_values(pb, v + c, ldv, b0, nb, 64, o, na > 0);
+            } else {
+                weigh_values(pa, v + c, ldv, a0, na, d - c, o, 0);
+                if (nb) weigh_values(pb, v + c, ldv, b0, nb, d - c, o, na > 0);
+            }
+        }
+    }
+}
+
+/* ctx rows [q0, q1) <- attention over the keys [a0, a1) then [b0, b1), head by head.
+ * s: scratch of (q1 - q0 + ROWS) * sw floats; spare: ROWS * d floats. */
+static void attend(const float *qv, const float *kt, int stride, int w, int heads, int q0, int q1, int a0,
+                   int a1, int b0, int b1, float *s, int sw, float *spare, float *ctx) {
+    const int d = w / heads, ld = 2 * w;
+    for (int h = 0; h < heads; h++) {
+        const float *q = qv + h * d, *kh = kt + (size_t)h * d * stride, *v = qv + w + h * d;
+        float *out = ctx + (size_t)q0 * w + h * d;
+        if (d == 64) /* the usual head sizes get loops with the size a constant the compiler unrolls */
+            attend_head(q, ld, kh, stride, v, ld, q0, q1, a0, a1, b0, b1, 64, s, sw, out, w, spare);
+        else if (d == 32)
+            attend_head(q, ld, kh, stride, v, ld, q0, q1, a0, a1, b0, b1, 32, s, sw, out, w, spare);
+        else
+            attend_head(q, ld, kh, stride, v, ld, q0, q1, a0, a1, b0, b1, d, s, sw, out, w, spare);
+    }
+}
+
+/* Rewards (actions,) of one packed chunk of t tokens.
+ * blocks: n_blocks x 6 ints (q0, q1, a0, a1, b0, b1): query rows [q0, q1) see keys [a0, a1) and
+ * [b0, b1) (either may be empty, not both); every token is in exactly one block's query rows.
+ * pool: actions x 2 ints (lo, hi): the action's pooled tokens. threads: MKL's threads for this
+ * call (0: leave as set). Returns OK or an ERR_ code; *bad: the offending index. */
+int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions, const int64_t *segments,
+              int n_blocks, const int *blocks, int actions, const int *pool, int threads, float *out,
+              int *bad) {
+    model_t *m = handle;
+    const int w = m->width, all = (1 << (2 + m->layers)) - 1, stride = t + 2 * KEYS, sw = 2 * t + 2 * KEYS;
+    if ((m->ready & all) != all) return ERR_INCOMPLETE;
+    for (int i = 0; i < t; i++) {
+        *bad = i;
+        if (ids[i] < 0 || ids[i] >= m->vocab) return ERR_TOKEN;
+        if (positions[i] < 0 || positions[i] >= m->positions) return ERR_POSITION;
+        if (segments[i] < 0 || segments[i] >= m->types) return ERR_SEGMENT;
+    }
+    for (int b = 0; b < n_blocks; b++) {
+        const int *r = blocks + 6 * b;
+        *bad = b;
+        if (r[0] < 0 || r[1] <= r[0] || r[1] > t || r[2] < 0 || r[3] < r[2] || r[3] > t || r[4] < 0 ||
+            r[5] < r[4] || r[5] > t || r[3] - r[2] + r[5] - r[4] < 1)
+            return ERR_BLOCK;
+    }
+    for (int a = 0; a < actions; a++) {
+        *bad = a;
+        if (pool[2 * a] < 0 || pool[2 * a + 1] <= pool[2 * a] || pool[2 * a + 1] > t) return ERR_POOL;
+    }
+    *bad = -1;
+    const size_t tw = (size_t)t * w, wide = m->inter > 2 * w ? m->inter : 2 * w;
+    float *h = malloc(tw * sizeof(float)), *ctx = malloc(tw * sizeof(float)),
+          *big = malloc((size_t)t * wide * sizeof(float)), *tmp = malloc((size_t)t * m->inter * sizeof(float)),
+          *kt = calloc((size_t)w * stride, sizeof(float)), *s = malloc((size_t)(t + ROWS) * sw * sizeof(float)),
+          *spare = malloc((size_t)ROWS * (w / m->heads) * sizeof(float)),
+          *pooled = malloc((size_t)actions * w * sizeof(float)),
+          *hidden = malloc((size_t)actions * m->head_hidden * sizeof(float));
+    int rc = ERR_MEMORY;
+    if (!h || !ctx || !big || !tmp || !kt || !s || !spare || !pooled || !hidden) goto done;
+    const int before = threads > 0 ? MKL_Set_Num_Threads_Local(threads) : 0;
+
+    for (int i = 0; i < t; i++) { /* LayerNorm(words + positions + types) */
+        float *restrict row = h + (size_t)i * w;
+        const float *restrict we = m->word + ids[i] * w, *restrict pe = m->pos + positions[i] * w,
+                              *restrict te = m->type + segments[i] * w;
+#pragma omp simd
+        for (int j = 0; j < w; j++) row[j] = we[j] + pe[j] + te[j];
+        norm(row, &m->emb_ln, w);
+    }
+    for (int l = 0; l < m->layers; l++) {
+        const layer_t *L = &m->layer[l];
+        linear(&L->qv, h, t, big);
+        for (int i = 0; i < t; i++) {
+            float *restrict row = big + (size_t)i * 2 * w;
+#pragma omp simd
+            for (int j = 0; j < 2 * w; j++) row[j] += L->qv.bias[j];
+        }
+        keys(&L->key, h, t, stride, kt);
+        for (int b = 0; b < n_blocks; b++) {
+            const int *r = blocks + 6 * b;
+            attend(big, kt, stride, w, m->heads, r[0], r[1], r[2], r[3], r[4], r[5], s, sw, spare, ctx);
+        }
+        /* h <- LayerNorm(h + ctx W_o + b_o); h <- LayerNorm(h + act(h W_i + b_i) W_f + b_f) */
+        linear(&L->out, ctx, t, tmp);
+        for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, tmp + (size_t)i * w, L->out.bias, &L->ln1, w);
+        linear(&L->inter, h, t, big);
+        activate(big, L->inter.bias, t, m->inter, m->act, tmp);
+        linear(&L->ffn, big, t, ctx);
+        for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, ctx + (size_t)i * w, L->ffn.bias, &L->ln2, w);
+    }
+    for (int a = 0; a < actions; a++) { /* mean over the pooled tokens */
+        float *restrict p = pooled + (size_t)a * w;
+        const int lo = pool[2 * a], hi = pool[2 * a + 1];
+        memset(p, 0, w * sizeof(float));
+        for (int i = lo; i < hi; i++) {
+            const float *restrict row = h + (size_t)i * w;
+#pragma omp simd
+            for (int j = 0; j < w; j++) p[j] += row[j];
+        }
+        const float inv = 1.0f / (hi - lo);
+#pragma omp simd
+        for (int j = 0; j < w; j++) p[j] *= inv;
+    }
+    { /* the head: hidden (actions, Hh) = pooled W1^T (column-major: W1 pooled^T), then GELU and W2 */
+        const float one = 1.0f, zero = 0.0f;
+        const int hh = m->head_hidden;
+        sgemm_("T", "N", &hh, &actions, &w, &one, m->head_w1, &w, pooled, &w, &zero, hidden, &hh);
+        for (int a = 0; a < actions; a++) {
+            const float *restrict z = hidden + (size_t)a * hh;
+            float r = 0.0f;
+#pragma omp simd reduction(+ : r)
+            for (int o = 0; o < hh; o++) r += m->head_w2[o] * gelu(z[o] + m->head_b1[o]);
+            out[a] = r + m->head_b2;
+        }
+    }
+    rc = OK;
+    if (threads > 0) MKL_Set_Num_Threads_Local(before);
+done:
+    free(h);
+    free(ctx);
+    free(big);
+    free(tmp);
+    free(kt);
+    free(s);
+    free(spare);
+    free(pooled);
+    free(hidden);
+    return rc;
+}

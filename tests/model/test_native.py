@@ -1,0 +1,199 @@
+"""The compiled scorer: the same rewards as ``model.score`` for every layout, head size and activation,
+whatever the chunking; a library built once per machine; bad input and a missing compiler named."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from orchrm import BradleyTerryModel, native
+from orchrm.errors import ConfigError
+from orchrm.native import NativeScorer
+
+if not torch.backends.mkl.is_available():
+    pytest.skip("NativeScorer runs on the MKL of PyTorch's x86-64 builds; this PyTorch has none", allow_module_level=True)
+if not shutil.which("cc") and not shutil.which("gcc"):
+    pytest.skip("NativeScorer compiles its forward pass with the machine's C compiler; none is installed", allow_module_level=True)
+
+LONG_PLAN = "\n".join(f'<agent id="a{i}" type="CoT" model="small"/>' for i in range(1, 40))
+
+
+def _texts(pairs, n: int = 12) -> tuple[list[str], list[str]]:
+    rows = pairs.iloc[:n]
+    prompts = list(rows["prompt"]) + [rows["prompt"].iloc[0] * 6]  # one prompt beyond prompt_length
+    actions = list(rows["chosen"]) + [LONG_PLAN]  # one action beyond max_length
+    return prompts, actions
+
+
+def _fitted(pairs, **kwargs) -> BradleyTerryModel:
+    model = BradleyTerryModel(**kwargs)
+    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + list(pairs["rejected"]))
+    return model.eval()
+
+
+@pytest.fixture
+def fresh_library(tmp_path, monkeypatch):
+    """An empty library cache and no library loaded yet: the next scorer compiles."""
+    monkeypatch.setenv("ORCHRM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(native, "_library", None)
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("architecture", ["shared_prompt", "joint"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(),  # hidden 32, 2 heads of 16
+        dict(hidden_dim=48, num_heads=4),  # heads of 12: not a multiple of the 16-float vectors
+        dict(hidden_dim=128, num_heads=2),  # heads of 64: the loops unrolled for that size
+        dict(hidden_dim=160, num_heads=1),  # a head of 160: values weighed 64 columns at a time
+    ],
+    ids=["heads of 16", "heads of 12", "heads of 64", "a head of 160"],
+)
+def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architecture, shape):
+    model = _fitted(pairs, **{**tiny_model_kwargs, **shape, "architecture": architecture})
+    prompts, actions = _texts(pairs)
+    scorer = NativeScorer(model)
+    torch.testing.assert_close(scorer.score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
+    question, plans = prompts[0], actions[:8]
+    torch.testing.assert_close(scorer.score(question, plans), model.score(question, plans), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu_new"])
+def test_other_activations_match(pairs, tiny_model_kwargs, activation):
+    model = _fitted(pairs, **tiny_model_kwargs)
+    model.encoder.config.hidden_act = activation
+    from transformers.activations import ACT2FN
+
+    for layer in model.encoder.encoder.layer:
+        layer.intermediate.intermediate_act_fn = ACT2FN[activation]
+    prompts, actions = _texts(pairs, 6)
+    torch.testing.assert_close(NativeScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
+
+
+def test_sharp_attention_matches(pairs, tiny_model_kwargs):
+    # attention logits spread over hundreds: the softmax must not overflow, underflow into NaN or
+    # take a denormal path that changes the result
+    model = _fitted(pairs, **tiny_model_kwargs)
+    with torch.no_grad():
+        for layer in model.encoder.encoder.layer:
+            for projection in (layer.attention.self.query, layer.attention.self.key):
+                projection.weight.mul_(300.0)
+                projection.bias.mul_(300.0)
+    prompts, actions = _texts(pairs)
+    got = NativeScorer(model).score(prompts, actions)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, model.score(prompts, actions), rtol=1e-4, atol=1e-4)
+
+
+def test_trained_model_and_normalized_rewards_match(trained_model, pairs):
+    prompts, actions = _texts(pairs, 20)
+    trained_model.reward_mean, trained_model.reward_std = 0.3, 2.0
+    try:
+        scorer = NativeScorer(trained_model)
+        for normalize in (False, True):
+            torch.testing.assert_close(
+                scorer.score(prompts, actions, normalize=normalize),
+                trained_model.score(prompts, actions, normalize=normalize),
+                rtol=0,
+                atol=1e-5,
+            )
+    finally:
+        trained_model.reward_mean, trained_model.reward_std = 0.0, 1.0
+
+
+def test_chunking_and_threads_do_not_change_a_reward(trained_model, pairs):
+    prompts, actions = _texts(pairs, 20)
+    ref = NativeScorer(trained_model, max_tokens=100_000, threads=1).score(prompts, actions)
+    middle = NativeScorer(trained_model, max_tokens=120)
+    assert len(trained_model.scoring_texts(prompts, actions).chunks(middle.model_config, middle.max_tokens)) > 2
+    torch.testing.assert_close(NativeScorer(trained_model, max_tokens=1).score(prompts, actions), ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(middle.score(prompts, actions), ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(NativeScorer(trained_model, threads=2).score(prompts, actions), ref, rtol=0, atol=1e-5)
+
+
+def test_minilm_matches(pairs):
+    model = BradleyTerryModel(encoder="minilm", max_length=128, dropout=0.0)
+    prompts, actions = _texts(pairs, 6)
+    torch.testing.assert_close(NativeScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
+
+
+def test_the_scorer_keeps_the_weights_it_was_built_with(pairs, tiny_model_kwargs):
+    model = _fitted(pairs, **tiny_model_kwargs)
+    prompts, actions = _texts(pairs, 4)
+    scorer = NativeScorer(model)
+    before = scorer.score(prompts, actions)
+    with torch.no_grad():
+        model.head[-1].bias.add_(1.0)
+        model.encoder.encoder.layer[0].attention.self.key.weight.mul_(2.0)
+    assert torch.equal(scorer.score(prompts, actions), before)
+    torch.testing.assert_close(NativeScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
+
+
+def test_bad_calls_say_what_is_wrong(trained_model, tiny_model_kwargs):
+    scorer = NativeScorer(trained_model)
+    assert scorer.score("q", []).shape == (0,)
+    with pytest.raises(ValueError, match="2 prompts for 1 actions"):
+        scorer.score(["a", "b"], ["x"])
+    with pytest.raises(ConfigError, match="no tokenizer yet"):
+        NativeScorer(BradleyTerryModel(**tiny_model_kwargs))
+    with pytest.raises(ValueError, match="max_tokens"):
+        NativeScorer(trained_model, max_tokens=0)
+    with pytest.raises(ValueError, match="threads"):
+        NativeScorer(trained_model, threads=0)
+
+
+def test_a_token_outside_the_tables_is_an_error_not_a_read_out_of_bounds(trained_model):
+    scorer = NativeScorer(trained_model)
+    batch = trained_model.pack(trained_model.tokenize(["What is 2 + 3?"]), trained_model.tokenize(["add them"]), [0])
+    batch.input_ids[2] = trained_model.encoder.config.vocab_size + 5
+    with pytest.raises(RuntimeError, match="token 2's id is outside the vocabulary"):
+        scorer._run(batch)
+    batch = trained_model.pack(trained_model.tokenize(["What is 2 + 3?"]), trained_model.tokenize(["add them"]), [0])
+    batch.positions[-1] = 10_000
+    with pytest.raises(RuntimeError, match=f"token {batch.num_tokens - 1}'s position"):
+        scorer._run(batch)
+
+
+def test_non_bert_encoders_are_refused(pairs, tmp_path):
+    from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
+
+    from orchrm.encoders import train_wordpiece
+
+    tok = train_wordpiece(list(pairs["prompt"]), vocab_size=200)
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                            sep_token="[SEP]").save_pretrained(tmp_path)
+    DistilBertModel(DistilBertConfig(vocab_size=tok.get_vocab_size(), dim=16, n_layers=1, n_heads=2, hidden_dim=32,
+                                     max_position_embeddings=128)).save_pretrained(tmp_path)
+    model = BradleyTerryModel(encoder=str(tmp_path), architecture="joint", max_length=96)
+    with pytest.raises(ConfigError, match="supports BERT-family encoders.*model.score"):
+        NativeScorer(model)
+
+
+def test_the_library_is_built_once_per_machine_and_reused(trained_model, fresh_library, monkeypatch):
+    ref = NativeScorer(trained_model).score("What is 2 + 3?", ["add them", "guess"])
+    (built,) = fresh_library.glob("native/*/liborchrm_score.so")
+    stamp = built.stat().st_mtime_ns
+    monkeypatch.setattr(native, "_library", None)  # a new process: loads the cached library
+    monkeypatch.setenv("CC", str(fresh_library / "no-such-cc"))  # and would fail, were it to compile
+    again = NativeScorer(trained_model).score("What is 2 + 3?", ["add them", "guess"])
+    assert torch.equal(again, ref)
+    assert list(fresh_library.glob("native/*/liborchrm_score.so")) == [built] and built.stat().st_mtime_ns == stamp
+
+
+def test_a_missing_compiler_names_the_fix(trained_model, fresh_library, monkeypatch):
+    monkeypatch.setenv("CC", str(fresh_library / "no-such-cc"))
+    with pytest.raises(ConfigError, match="no-such-cc.*does not run.*set CC.*OnnxScorer"):
+        NativeScorer(trained_model)
+    assert not list(fresh_library.glob("native/*/*.so"))
+
+
+def test_a_failed_compile_shows_the_compiler_and_leaves_no_library(trained_model, fresh_library, monkeypatch):
+    monkeypatch.setenv("CC", "cc -DORM_NO_SUCH_HEADER -include orchrm_no_such_header.h")
+    with pytest.raises(ConfigError, match=r"(?s)compiling NativeScorer's forward pass failed.*orchrm_no_such_header\.h.*OnnxScorer"):
+        NativeScorer(trained_model)
+    assert not list(fresh_library.glob("native/*/*.so"))
+    monkeypatch.delenv("CC")
+    NativeScorer(trained_model)  # the next try compiles
