@@ -1,8 +1,9 @@
 """Scoring latency: 8 candidate plans of one task, CPU, beside the machine's own fp32 compute limit.
 
-For each model and runtime, ``model.score(question, plans)`` (PyTorch) or
-``OnnxScorer(model).score(question, plans)`` (ONNX Runtime, :mod:`orchrm.onnxrt`) on the sandbox's
-real question + plan texts (8 plans of one task, the test-time-scaling call), p50 over many tasks
+For each model and runtime, ``model.score(question, plans)`` (PyTorch),
+``OnnxScorer(model).score(question, plans)`` (ONNX Runtime, :mod:`orchrm.onnxrt`) or
+``NativeScorer(model).score(question, plans)`` (the compiled forward pass, :mod:`orchrm.native`;
+where PyTorch carries MKL and a C compiler is installed) on the sandbox's real question + plan texts (8 plans of one task, the test-time-scaling call), p50 over many tasks
 and repetitions, end to end (tokenizing included). Beside it, the *compute limit* of the same
 work: the forward pass's FLOPs (counted from the real token counts: linear layers 2 * tokens * in
 * out, attention 2 * 2 * Lq * Lk * width per row, the head) divided by the rate this machine
@@ -38,6 +39,8 @@ from torch import Tensor  # noqa: E402
 
 from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.encoders import TokenBatch  # noqa: E402
+from orchrm.errors import ConfigError  # noqa: E402
+from orchrm.native import NativeScorer  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -45,8 +48,8 @@ from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_RATIO = 1.3
-TORCH, ONNX = "PyTorch", "ONNX Runtime"
-RUNTIMES = (TORCH, ONNX)
+TORCH, ONNX, NATIVE = "PyTorch", "ONNX Runtime", "NativeScorer"
+RUNTIMES = (TORCH, ONNX, NATIVE)
 TARGET_DEFAULT_MS = 30.0
 
 
@@ -261,13 +264,22 @@ def main() -> int:
         ("minilm, joint", minilm_joint, cases, "sandbox question + 8 plans"),
         ("minilm, joint", minilm_joint, synthetic_cases(minilm_joint, len(cases)), "8 x 64 tokens"),
     ]
+    try:
+        NativeScorer(default)  # compiles on first use (once per machine)
+        native_missing = None
+    except ConfigError as exc:
+        native_missing = str(exc)
+        print(f"NativeScorer not timed: {exc}", file=sys.stderr)
     rows = []
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
         for name, model, run_cases, note in runs:
             scorer = OnnxScorer(model, threads=threads, spinning=args.spinning)
-            results = measure(model, run_cases, rounds=args.rounds, scorers={TORCH: model.score, ONNX: scorer.score})
-            del scorer  # its ONNX Runtime threads go with it
+            scorers = {TORCH: model.score, ONNX: scorer.score}
+            if native_missing is None:
+                scorers[NATIVE] = NativeScorer(model, threads=threads).score
+            results = measure(model, run_cases, rounds=args.rounds, scorers=scorers)
+            del scorer, scorers  # ONNX Runtime's threads go with its scorer
             if model is default and note.startswith("sandbox"):
                 results[TORCH]["matmuls_only_ms"] = linear_floor(model, run_cases, rounds=args.rounds)["p50_ms"]
             for runtime, r in results.items():
@@ -290,6 +302,7 @@ def main() -> int:
         "tasks": len(cases),
         "rounds": args.rounds,
         "onnx_spinning": args.spinning,
+        "native_not_timed": native_missing,
         "targets": {"ratio_to_limit": TARGET_RATIO, "default_p50_ms": TARGET_DEFAULT_MS},
         "default_meets_targets": meets,
         "rows": rows,
@@ -298,10 +311,11 @@ def main() -> int:
     lines = [
         "# Scoring latency: 8 candidate plans of one task (CPU, fp32)",
         "",
-        "`model.score(question, plans)` (PyTorch) and `OnnxScorer(model).score(question, plans)` (ONNX Runtime) "
+        "`model.score(question, plans)` (PyTorch), `OnnxScorer(model).score(question, plans)` (ONNX Runtime) and "
+        "`NativeScorer(model).score(question, plans)` (the compiled forward pass on MKL) "
         f"end to end (tokenizing included), p50 over {len(cases)} sandbox tasks "
         f"x {args.rounds} rounds. Limit = the forward pass's FLOPs (real tokens) / the rate of a 1024x1024 fp32 "
-        "matmul, the fastest of the installed kernels (MKL, oneDNN, MLAS), timed before each round of calls, with the same thread count (the two runtimes take turns round by round, after the same sample); ratio = median of per-call latency / "
+        "matmul, the fastest of the installed kernels (MKL, oneDNN, MLAS), timed before each round of calls, with the same thread count (the runtimes take turns round by round, after the same sample, their order reversed every round); ratio = median of per-call latency / "
         f"limit. Machine: {os.cpu_count()} CPUs ({cpu_model()}), shared with other jobs (load average at the end "
         f"{os.getloadavg()[0]:.1f}).",
         "",
@@ -312,6 +326,8 @@ def main() -> int:
         lines.append(f"| {r['threads']} | {r['runtime']} | {r['model']} | {r['inputs']} | {r['tokens']:.0f} | {r['gflop']:.2f} | "
                      f"{r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['limit_ms']:.1f} | {r['ratio_to_limit']:.2f} | "
                      f"{min(r['ratio_by_round']):.2f}-{max(r['ratio_by_round']):.2f} |")
+    if native_missing:
+        lines += ["", f"NativeScorer not timed: {native_missing}"]
     lines += ["", "The 1024x1024 fp32 matmul by kernel, median GFLOP/s over the default model's rounds:", ""]
     for r in rows:
         if r["model"].startswith("default") and r["runtime"] == TORCH:

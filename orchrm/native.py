@@ -140,23 +140,27 @@ def library() -> ctypes.CDLL:
                     "NativeScorer runs on the MKL that PyTorch's x86-64 builds carry, and this PyTorch has none "
                     f"({torch.__version__} on {platform.machine()}): score with orchrm.onnxrt.OnnxScorer"
                 )
-            torch_lib = Path(torch.__file__).parent / "lib"
             source = resources.files("orchrm").joinpath("native_score.c").read_bytes()
-            lib = ctypes.CDLL(str(_build(source, torch_lib)))
-            f32, i32, i64 = (ctypes.POINTER(t) for t in (ctypes.c_float, ctypes.c_int, ctypes.c_int64))
-            c_int, c_float, ptr = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
-            lib.orm_new.restype = ptr
-            lib.orm_new.argtypes = [c_int] * 6
-            lib.orm_free.argtypes = [ptr]
-            lib.orm_free.restype = None
-            lib.orm_set_embeddings.argtypes = [ptr, f32, c_int, f32, c_int, f32, c_int, f32, f32, c_float]
-            lib.orm_set_layer.argtypes = [ptr, c_int, f32, f32, f32, f32, f32, f32, c_float, f32, f32, f32, f32, f32, f32, c_float]
-            lib.orm_set_head.argtypes = [ptr, f32, f32, f32, c_float]
-            lib.orm_score.argtypes = [ptr, c_int, i64, i64, i64, c_int, i32, c_int, i32, c_int, f32, i32]
-            for name in ("orm_set_embeddings", "orm_set_layer", "orm_set_head", "orm_score"):
-                getattr(lib, name).restype = c_int
-            _library = lib
+            _library = load(_build(source, Path(torch.__file__).parent / "lib"))
         return _library
+
+
+def load(path: Path) -> ctypes.CDLL:
+    """The library at ``path`` (built by :func:`_build`), its functions' signatures declared."""
+    lib = ctypes.CDLL(str(path))
+    f32, i32, i64 = (ctypes.POINTER(t) for t in (ctypes.c_float, ctypes.c_int, ctypes.c_int64))
+    c_int, c_float, ptr = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    lib.orm_new.restype = ptr
+    lib.orm_new.argtypes = [c_int] * 6
+    lib.orm_free.argtypes = [ptr]
+    lib.orm_free.restype = None
+    lib.orm_set_embeddings.argtypes = [ptr, f32, c_int, f32, c_int, f32, c_int, f32, f32, c_float]
+    lib.orm_set_layer.argtypes = [ptr, c_int, f32, f32, f32, f32, f32, f32, c_float, f32, f32, f32, f32, f32, f32, c_float]
+    lib.orm_set_head.argtypes = [ptr, f32, f32, f32, c_float]
+    lib.orm_score.argtypes = [ptr, c_int, i64, i64, i64, c_int, i32, c_int, i32, c_int, f32, i32]
+    for name in ("orm_set_embeddings", "orm_set_layer", "orm_set_head", "orm_score"):
+        getattr(lib, name).restype = c_int
+    return lib
 
 
 def _floats(t: Tensor | np.ndarray) -> np.ndarray:
@@ -172,10 +176,18 @@ class NativeScorer:
     """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through one compiled call per chunk.
 
     ``threads``: MKL's threads for the matrix products (default: ``torch.get_num_threads()``);
-    the rest runs on the calling thread. ``max_tokens``: the most tokens one chunk holds.
+    the rest runs on the calling thread. ``max_tokens``: the most tokens one chunk holds. ``lib``:
+    the compiled library (default: :func:`library`, this package's, built on first use).
     """
 
-    def __init__(self, model: BradleyTerryModel, *, threads: int | None = None, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self,
+        model: BradleyTerryModel,
+        *,
+        threads: int | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        lib: ctypes.CDLL | None = None,
+    ) -> None:
         if not model.fitted:
             raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
         bert = model.encoder
@@ -196,7 +208,7 @@ class NativeScorer:
         threads = torch.get_num_threads() if threads is None else threads
         if threads < 1:
             raise ValueError("threads must be >= 1")
-        lib = library()
+        lib = library() if lib is None else lib
         self.model_config = model.config
         self.max_tokens = max_tokens
         self.threads = threads
@@ -207,7 +219,10 @@ class NativeScorer:
         width, heads = cfg.hidden_size, cfg.num_attention_heads
         handle = lib.orm_new(width, heads, len(bert.encoder.layer), cfg.intermediate_size, head[0].out_features, act)
         if not handle:
-            raise ConfigError(f"NativeScorer cannot hold this encoder's shape ({width} wide, {heads} heads)")
+            raise ConfigError(
+                f"NativeScorer cannot hold this encoder's shape ({width} wide, {heads} heads, "
+                f"{len(bert.encoder.layer)} layers; it takes at most 29): score with model.score(...)"
+            )
         self._lib, self._handle = lib, handle
         self._finalizer = weakref.finalize(self, lib.orm_free, handle)
         with torch.no_grad():

@@ -8,19 +8,24 @@
  * see their prompt, then themselves; joint: a row sees itself), so no score of a key a query
  * may not see is ever computed.
  *
- * Matrix products go through the MKL that PyTorch carries (its exported symbols, resolved from
- * libtorch_cpu when this library is loaded): the linear layers' weights are packed once with
- * cblas_sgemm_pack (the layout MKL's kernels read), the attention's small products are sgemm_
- * calls that read the heads in place. Everything else runs in loops here, one pass each.
- * Single precision throughout, like the model.
+ * The linear layers go through the MKL that PyTorch carries (its exported symbols, resolved from
+ * libtorch_cpu when this library is loaded), their weights packed once with cblas_sgemm_pack
+ * (the layout MKL's kernels read). Attention runs in tiles of 16-float vectors here, and so does
+ * everything else, one pass each. Single precision throughout, like the model.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* 16 floats, one AVX-512 register (two AVX ones): GCC's vector extension, which compiles to the
+ * widest vectors the target has. Loads and stores through it need no alignment. */
+typedef float vec __attribute__((vector_size(64), aligned(4)));
+typedef int ivec __attribute__((vector_size(64))); /* a shuffle's indices */
+#define KEYS 16                                            /* floats in a vec */
+
 /* MKL, as libtorch_cpu exports it */
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, PACKED = 151, A_MATRIX = 161, B_MATRIX = 162 };
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, PACKED = 151, B_MATRIX = 162 };
 size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k);
 void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha,
                       const float *src, int ld, float *dest);
@@ -29,9 +34,7 @@ void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k
 void sgemm_(const char *transa, const char *transb, const int *m, const int *n, const int *k,
             const float *alpha, const float *a, const int *lda, const float *b, const int *ldb,
             const float *beta, float *c, const int *ldc);
-void vsErf(int n, const float *a, float *r);
 void vsTanh(int n, const float *a, float *r);
-void vsExp(int n, const float *a, float *r);
 int MKL_Set_Num_Threads_Local(int nt); /* the C interface; the lower-case name is Fortran's */
 
 enum { ACT_GELU = 0, ACT_GELU_TANH = 1, ACT_RELU = 2 };
@@ -82,8 +85,7 @@ static inline float gelu(float x) { return 0.5f * x * (1.0f + erf_approx(x * 0.7
 
 typedef struct {
     int n, k;      /* out, in */
-    float *packed; /* MKL's packed layout of the (n, k) weight: as the right factor, transposed
-                      (x W^T, one token a row); for the keys, as the left factor (W x^T, one token a column) */
+    float *packed; /* MKL's packed layout of the (n, k) weight, read as its transpose (x W^T) */
     float *bias;   /* (n,) */
 } linear_t;
 
@@ -93,7 +95,7 @@ typedef struct {
 } norm_t;
 
 typedef struct {
-    linear_t qv, key, out, inter, ffn; /* qv: queries and values; key: packed as the left factor */
+    linear_t qkv, out, inter, ffn;
     norm_t ln1, ln2;
 } layer_t;
 
@@ -115,20 +117,15 @@ static float *copy_of(const float *src, size_t n) {
 
 #define PACK_ROWS 512 /* the row count the weights are packed for: a chunk's most tokens by default */
 
-static int set_linear(linear_t *lin, const float *w, const float *b, int n, int k, int left) {
+static int set_linear(linear_t *lin, const float *w, const float *b, int n, int k) {
     lin->n = n;
     lin->k = k;
-    const int id = left ? A_MATRIX : B_MATRIX;
     /* packed for products with PACK_ROWS tokens: any count reads it, but MKL lays it out for the
      * kernels of the count it is told (packed for 2 rows, 162-row products ran 11% slower) */
-    lin->packed = left ? malloc(cblas_sgemm_pack_get_size(id, n, PACK_ROWS, k))
-                       : malloc(cblas_sgemm_pack_get_size(id, PACK_ROWS, n, k));
+    lin->packed = malloc(cblas_sgemm_pack_get_size(B_MATRIX, PACK_ROWS, n, k));
     lin->bias = copy_of(b, n);
     if (!lin->packed || !lin->bias) return ERR_MEMORY;
-    if (left)
-        cblas_sgemm_pack(ROW_MAJOR, id, NO_TRANS, n, PACK_ROWS, k, 1.0f, w, k, lin->packed);
-    else
-        cblas_sgemm_pack(ROW_MAJOR, id, TRANS, PACK_ROWS, n, k, 1.0f, w, k, lin->packed);
+    cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, TRANS, PACK_ROWS, n, k, 1.0f, w, k, lin->packed);
     return OK;
 }
 
@@ -140,8 +137,8 @@ static int set_norm(norm_t *ln, const float *g, const float *b, float eps, int w
 }
 
 void *orm_new(int width, int heads, int layers, int inter, int head_hidden, int act) {
-    if (width < 1 || heads < 1 || width % heads || layers < 1 || inter < 1 || head_hidden < 1 ||
-         act < ACT_GELU || act > ACT_RELU || layers > 29)
+    if (width < 1 || heads < 1 || width % heads || layers < 1 || layers > 29 /* the bits of ready */ ||
+        inter < 1 || head_hidden < 1 || act < ACT_GELU || act > ACT_RELU)
         return NULL;
     model_t *m = calloc(1, sizeof(model_t));
     if (!m) return NULL;
@@ -178,8 +175,7 @@ void orm_free(void *handle) {
     free_norm(&m->emb_ln);
     for (int i = 0; i < m->layers; i++) {
         layer_t *l = &m->layer[i];
-        free_linear(&l->qv);
-        free_linear(&l->key);
+        free_linear(&l->qkv);
         free_linear(&l->out);
         free_linear(&l->inter);
         free_linear(&l->ffn);
@@ -218,23 +214,10 @@ int orm_set_layer(void *handle, int i, const float *qkv_w, const float *qkv_b, c
     if (i < 0 || i >= m->layers) return ERR_INCOMPLETE;
     layer_t *l = &m->layer[i];
     int w = m->width, rc;
-    float *qv_w = malloc((size_t)2 * w * w * sizeof(float)), *qv_b = malloc((size_t)2 * w * sizeof(float));
-    if (!qv_w || !qv_b) {
-        free(qv_w);
-        free(qv_b);
-        return ERR_MEMORY;
-    }
-    memcpy(qv_w, qkv_w, (size_t)w * w * sizeof(float));
-    memcpy(qv_w + (size_t)w * w, qkv_w + (size_t)2 * w * w, (size_t)w * w * sizeof(float));
-    memcpy(qv_b, qkv_b, w * sizeof(float));
-    memcpy(qv_b + w, qkv_b + 2 * w, w * sizeof(float));
-    rc = set_linear(&l->qv, qv_w, qv_b, 2 * w, w, 0);
-    free(qv_w);
-    free(qv_b);
-    if (rc || (rc = set_linear(&l->key, qkv_w + (size_t)w * w, qkv_b + w, w, w, 1)) ||
-        (rc = set_linear(&l->out, out_w, out_b, w, w, 0)) ||
-        (rc = set_linear(&l->inter, inter_w, inter_b, m->inter, w, 0)) ||
-        (rc = set_linear(&l->ffn, ffn_w, ffn_b, w, m->inter, 0)) ||
+    if ((rc = set_linear(&l->qkv, qkv_w, qkv_b, 3 * w, w)) ||
+        (rc = set_linear(&l->out, out_w, out_b, w, w)) ||
+        (rc = set_linear(&l->inter, inter_w, inter_b, m->inter, w)) ||
+        (rc = set_linear(&l->ffn, ffn_w, ffn_b, w, m->inter)) ||
         (rc = set_norm(&l->ln1, ln1_g, ln1_b, ln1_eps, w)) ||
         (rc = set_norm(&l->ln2, ln2_g, ln2_b, ln2_eps, w)))
         return rc;
@@ -253,7 +236,7 @@ int orm_set_head(void *handle, const float *w1, const float *b1, const float *w2
     return OK;
 }
 
-/* y (t, n) = x (t, k) . W^T, then + bias */
+/* y (t, n) = x (t, k) . W^T (the bias is the next pass's) */
 static void linear(const linear_t *lin, const float *x, int t, float *y) {
     cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, t, lin->n, lin->k, x, lin->k, lin->packed,
                         lin->k, 0.0f, y, lin->n);
@@ -306,21 +289,59 @@ static void activate(float *restrict x, const float *restrict bias, int t, int n
     }
 }
 
-/* 16 floats, one AVX-512 register (two AVX ones): GCC's vector extension, which compiles to the
- * widest vectors the target has. Loads and stores through it need no alignment. */
-typedef float vec __attribute__((vector_size(64), aligned(4)));
-#define KEYS 16 /* floats in a vec */
+/* shuffle indices (0-15: the first vector's lanes, 16-31: the second's) that swap the
+ * off-diagonal b x b blocks between a row i and the row i + b below it */
+static const ivec SWAP_LO[4] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+    {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+    {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+    {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+};
+static const ivec SWAP_HI[4] = {
+    {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+    {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+    {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+    {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
+};
 
-/* Keys per head, transposed: kt[c * stride + j] = k_j[c] + its bias, column c = h * d + c' of
- * head h: one MKL product with the packed key weight as the left factor, kt (W, t) = W_k x^T.
- * The score loop reads 32 keys at a time: stride >= t + 32, and the columns past t stay zero. */
-static void keys(const linear_t *key, const float *restrict x, int t, int stride, float *restrict kt) {
-    cblas_sgemm_compute(ROW_MAJOR, PACKED, TRANS, key->n, t, key->k, key->packed, key->k, x, key->k, 0.0f, kt, stride);
-    for (int c = 0; c < key->n; c++) {
-        float *restrict row = kt + (size_t)c * stride;
-        const float b = key->bias[c];
+/* the 16 x 16 matrix r (one row a vector) transposed in registers: block swaps of 8, 4, 2, 1 */
+static inline __attribute__((always_inline)) void transpose16(vec r[16]) {
+    for (int stage = 0; stage < 4; stage++) {
+        const int b = 8 >> stage;
+        for (int i = 0; i < 16; i++)
+            if (!(i & b)) {
+                const vec x = r[i], y = r[i + b];
+                r[i] = __builtin_shuffle(x, y, SWAP_LO[stage]);
+                r[i + b] = __builtin_shuffle(x, y, SWAP_HI[stage]);
+            }
+    }
+}
+
+/* qkv rows (t, 3W) += bias, and the keys transposed for the score loop: kt[c * stride + j] =
+ * k_j[c], column c = h * d + c' of head h. 16 tokens x 16 columns at a time, transposed in
+ * registers; a ragged edge element by element. The score loop reads 32 keys at a time: stride
+ * >= t + 32, and the columns past t stay zero. */
+static void bias_and_keys(float *restrict qkv, const float *restrict bias, int t, int w, int stride, float *restrict kt) {
+    for (int i0 = 0; i0 < t; i0 += 16) {
+        const int rows = t - i0 < 16 ? t - i0 : 16;
+        for (int i = i0; i < i0 + rows; i++) {
+            float *restrict row = qkv + (size_t)i * 3 * w;
 #pragma omp simd
-        for (int j = 0; j < t; j++) row[j] += b;
+            for (int j = 0; j < 3 * w; j++) row[j] += bias[j];
+        }
+        for (int c0 = 0; c0 < w; c0 += 16) {
+            const float *src = qkv + (size_t)i0 * 3 * w + w + c0;
+            float *dst = kt + (size_t)c0 * stride + i0;
+            if (rows == 16 && w - c0 >= 16) {
+                vec r[16];
+                for (int i = 0; i < 16; i++) r[i] = *(const vec *)(src + (size_t)i * 3 * w);
+                transpose16(r);
+                for (int c = 0; c < 16; c++) *(vec *)(dst + (size_t)c * stride) = r[c];
+            } else {
+                for (int c = 0; c < 16 && c0 + c < w; c++)
+                    for (int i = 0; i < rows; i++) dst[(size_t)c * stride + i] = src[(size_t)i * 3 * w + c];
+            }
+        }
     }
 }
 
@@ -344,6 +365,27 @@ static inline __attribute__((always_inline)) void score_tile(const float *const 
         *(vec *)s[r] = acc[r][0];
         *(vec *)(s[r] + KEYS) = acc[r][1];
     }
+}
+
+/* score_tile for the last 16 keys of a range or fewer: scores[r][0, 16); even and odd c in
+ * separate sums, again eight multiply-adds in flight */
+static inline __attribute__((always_inline)) void score_tile16(const float *const q[ROWS], const float *restrict kt,
+                                                               int stride, int j0, int d, float *const s[ROWS]) {
+    vec acc[ROWS][2] = {{{0}}};
+    const float *restrict col = kt + j0;
+    int c = 0;
+    for (; c + 1 < d; c += 2) {
+        const vec k0 = *(const vec *)(col + (size_t)c * stride), k1 = *(const vec *)(col + (size_t)(c + 1) * stride);
+        for (int r = 0; r < ROWS; r++) {
+            acc[r][0] += q[r][c] * k0;
+            acc[r][1] += q[r][c + 1] * k1;
+        }
+    }
+    if (c < d) {
+        const vec k0 = *(const vec *)(col + (size_t)c * stride);
+        for (int r = 0; r < ROWS; r++) acc[r][0] += q[r][c] * k0;
+    }
+    for (int r = 0; r < ROWS; r++) *(vec *)s[r] = acc[r][0] + acc[r][1];
 }
 
 /* out[r][0, d) (+)= sum over the n keys from j0 on of p[r][j] v_j, for ROWS rows (v: rows ld apart;
@@ -386,64 +428,151 @@ static inline void softmax(float *restrict s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
-/* One head's attention for query rows [q0, q1) over the keys [a0, a1) then [b0, b1) into out
- * (row i at out + (i - q0) * ldo). Scores go to s, one row of sw floats per query row (padded to
- * a multiple of ROWS rows), 32 keys at a time for all rows, so the 32 keys' slice of kt stays in
- * the L1 cache while every row reads it; then the softmax of each row; then the values, ROWS rows
- * at a time. Rows past q1 repeat the last one and write to spare (ROWS * d floats). */
+static inline int up16(int n) { return (n + KEYS - 1) / KEYS * KEYS; }
+
+/* n floats on a 64-byte boundary (a cache line: no vector load or store of 16 there is split
+ * across two), zeroed if asked; free() them */
+static float *aligned_floats(size_t n, int zero) {
+    const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p && zero) memset(p, 0, bytes);
+    return p;
+}
+
+/* Query rows grouped by the first key range they see: in shared_prompt a prompt's own rows and
+ * all its actions' rows see the prompt's keys, so their scores over those keys are one product
+ * (no row of padding per action); each block's second range (an action's own keys) follows. */
+typedef struct {
+    int a0, a1;   /* the key range */
+    int first, n; /* its query rows: order[first, first + n) */
+} group_t;
+
+/* The groups of n_blocks blocks (q0, q1, a0, a1, b0, b1), their rows listed in order (t ints) */
+static int group_rows(const int *blocks, int n_blocks, group_t *groups, int *order) {
+    int n_groups = 0;
+    int *of_block = order; /* scratch: the group of each block, overwritten below once used */
+    for (int b = 0; b < n_blocks; b++) {
+        const int *r = blocks + 6 * b;
+        int g = 0;
+        while (g < n_groups && (groups[g].a0 != r[2] || groups[g].a1 != r[3])) g++;
+        if (g == n_groups) groups[n_groups++] = (group_t){r[2], r[3], 0, 0};
+        groups[g].n += r[1] - r[0];
+        of_block[b] = g;
+    }
+    for (int g = 0, first = 0; g < n_groups; first += groups[g++].n) groups[g].first = first;
+    int *fill = malloc((size_t)(n_groups + 1) * sizeof(int)), *which = malloc((size_t)(n_blocks + 1) * sizeof(int));
+    if (!fill || !which) {
+        free(fill);
+        free(which);
+        return -1;
+    }
+    memcpy(which, of_block, (size_t)n_blocks * sizeof(int));
+    for (int g = 0; g < n_groups; g++) fill[g] = groups[g].first;
+    for (int b = 0; b < n_blocks; b++)
+        for (int i = blocks[6 * b]; i < blocks[6 * b + 1]; i++) order[fill[which[b]]++] = i;
+    free(fill);
+    free(which);
+    return n_groups;
+}
+
+/* One head's attention for every query row (q, k, v: this head's slices; rows ldq / ldv apart).
+ * Scores go to s (row i at s + i * sw, 64-byte aligned, like every 16 floats of a row that a
+ * tile writes): first each group's rows over its shared keys, 32 keys at a time for all its rows,
+ * so that slice of kt stays in the L1 cache while every row reads it; then each block's rows over
+ * its second range, from the next multiple of 16 after the first's (the columns between get no
+ * weight); then the softmax of each row; then the values, ROWS rows at a time. Tiles past a
+ * group's or block's last row repeat it: scores are written twice alike, outputs go to spare
+ * (ROWS * d floats). */
 static inline __attribute__((always_inline)) void attend_head(const float *restrict q, int ldq, const float *restrict kt,
-                                                              int stride, const float *restrict v, int ldv, int q0,
-                                                              int q1, int a0, int a1, int b0, int b1, int d, float *s,
-                                                              int sw, float *out, int ldo, float *spare) {
-    const int na = a1 - a0, nb = b1 - b0, nq = q1 - q0;
-    for (int part = 0; part < 2; part++) {
-        const int lo = part ? b0 : a0, n = part ? nb : na, at = part ? na : 0;
-        for (int j = 0; j < n; j += 2 * KEYS)
-            for (int i = 0; i < nq; i += ROWS) {
-                const float *qr[ROWS];
-                float *sr[ROWS];
+                                                              int stride, const float *restrict v, int ldv,
+                                                              const int *blocks, int n_blocks, const group_t *groups,
+                                                              int n_groups, const int *order, int d, float *s, int sw,
+                                                              float *out, int ldo, float *spare) {
+    const float *qr[ROWS];
+    float *sr[ROWS], *o[ROWS];
+    const float *pr[ROWS];
+    for (int g = 0; g < n_groups; g++) {
+        const group_t *G = &groups[g];
+        for (int j = 0; j < G->a1 - G->a0; j += 2 * KEYS)
+            for (int i = 0; i < G->n; i += ROWS) {
                 for (int r = 0; r < ROWS; r++) {
-                    qr[r] = q + (size_t)(q0 + (i + r < nq ? i + r : nq - 1)) * ldq;
-                    sr[r] = s + (size_t)(i + r) * sw + at + j;
+                    const int row = order[G->first + (i + r < G->n ? i + r : G->n - 1)];
+                    qr[r] = q + (size_t)row * ldq;
+                    sr[r] = s + (size_t)row * sw + j;
                 }
-                score_tile(qr, kt, stride, lo + j, d, sr);
+                if (G->a1 - G->a0 - j > KEYS)
+                    score_tile(qr, kt, stride, G->a0 + j, d, sr);
+                else
+                    score_tile16(qr, kt, stride, G->a0 + j, d, sr);
             }
     }
-    for (int i = 0; i < nq; i++) softmax(s + (size_t)i * sw, na + nb);
-    for (int i = 0; i < nq; i += ROWS) {
-        const float *pa[ROWS], *pb[ROWS];
-        for (int r = 0; r < ROWS; r++) {
-            pa[r] = s + (size_t)(i + r) * sw;
-            pb[r] = pa[r] + na;
+    for (int b = 0; b < n_blocks; b++) {
+        const int *B = blocks + 6 * b, q0 = B[0], q1 = B[1], na = B[3] - B[2], at = up16(na);
+        for (int j = 0; j < B[5] - B[4]; j += 2 * KEYS)
+            for (int i = q0; i < q1; i += ROWS) {
+                for (int r = 0; r < ROWS; r++) {
+                    const int row = i + r < q1 ? i + r : q1 - 1;
+                    qr[r] = q + (size_t)row * ldq;
+                    sr[r] = s + (size_t)row * sw + at + j;
+                }
+                if (B[5] - B[4] - j > KEYS)
+                    score_tile(qr, kt, stride, B[4] + j, d, sr);
+                else
+                    score_tile16(qr, kt, stride, B[4] + j, d, sr);
+            }
+        for (int i = q0; i < q1; i++) {
+            float *row = s + (size_t)i * sw;
+            for (int j = na; j < at; j++) row[j] = -3.402823466e38f; /* between the two ranges: no weight */
+            softmax(row, at + B[5] - B[4]);
         }
-        for (int c = 0; c < d; c += 64) { /* 64 columns at a time: ROWS x 4 accumulators */
-            float *o[ROWS];
-            for (int r = 0; r < ROWS; r++) o[r] = (i + r < nq ? out + (size_t)(i + r) * ldo : spare + (size_t)r * d) + c;
-            if (d - c >= 64) {
-                weigh_values(pa, v + c, ldv, a0, na, 64, o, 0);
-                if (nb) weigh_values(pb, v + c, ldv, b0, nb, 64, o, na > 0);
-            } else {
-                weigh_values(pa, v + c, ldv, a0, na, d - c, o, 0);
-                if (nb) weigh_values(pb, v + c, ldv, b0, nb, d - c, o, na > 0);
+    }
+    for (int c = 0; c < d; c += 64) { /* 64 columns at a time: ROWS x 4 accumulators */
+        const int dc = d - c < 64 ? d - c : 64;
+        for (int g = 0; g < n_groups; g++) {
+            const group_t *G = &groups[g];
+            for (int i = 0; i < G->n; i += ROWS) {
+                for (int r = 0; r < ROWS; r++) {
+                    const int row = order[G->first + (i + r < G->n ? i + r : G->n - 1)];
+                    pr[r] = s + (size_t)row * sw;
+                    o[r] = (i + r < G->n ? out + (size_t)row * ldo : spare + (size_t)r * d) + c;
+                }
+                if (dc == 64)
+                    weigh_values(pr, v + c, ldv, G->a0, G->a1 - G->a0, 64, o, 0);
+                else
+                    weigh_values(pr, v + c, ldv, G->a0, G->a1 - G->a0, dc, o, 0);
+            }
+        }
+        for (int b = 0; b < n_blocks; b++) {
+            const int *B = blocks + 6 * b, q0 = B[0], q1 = B[1], at = up16(B[3] - B[2]), nb = B[5] - B[4];
+            if (!nb) continue;
+            for (int i = q0; i < q1; i += ROWS) {
+                for (int r = 0; r < ROWS; r++) {
+                    const int row = i + r < q1 ? i + r : q1 - 1;
+                    pr[r] = s + (size_t)row * sw + at;
+                    o[r] = (i + r < q1 ? out + (size_t)row * ldo : spare + (size_t)r * d) + c;
+                }
+                if (dc == 64)
+                    weigh_values(pr, v + c, ldv, B[4], nb, 64, o, 1);
+                else
+                    weigh_values(pr, v + c, ldv, B[4], nb, dc, o, 1);
             }
         }
     }
 }
 
-/* ctx rows [q0, q1) <- attention over the keys [a0, a1) then [b0, b1), head by head.
- * s: scratch of (q1 - q0 + ROWS) * sw floats; spare: ROWS * d floats. */
-static void attend(const float *qv, const float *kt, int stride, int w, int heads, int q0, int q1, int a0,
-                   int a1, int b0, int b1, float *s, int sw, float *spare, float *ctx) {
-    const int d = w / heads, ld = 2 * w;
+/* ctx <- attention, head by head (see attend_head). s: scratch of t * sw floats; spare: ROWS * d. */
+static void attend(const float *qkv, const float *kt, int stride, int w, int heads, const int *blocks, int n_blocks,
+                   const group_t *groups, int n_groups, const int *order, float *s, int sw, float *spare, float *ctx) {
+    const int d = w / heads, ld = 3 * w;
     for (int h = 0; h < heads; h++) {
-        const float *q = qv + h * d, *kh = kt + (size_t)h * d * stride, *v = qv + w + h * d;
-        float *out = ctx + (size_t)q0 * w + h * d;
+        const float *q = qkv + h * d, *kh = kt + (size_t)h * d * stride, *v = qkv + 2 * w + h * d;
+        float *out = ctx + h * d;
         if (d == 64) /* the usual head sizes get loops with the size a constant the compiler unrolls */
-            attend_head(q, ld, kh, stride, v, ld, q0, q1, a0, a1, b0, b1, 64, s, sw, out, w, spare);
+            attend_head(q, ld, kh, stride, v, ld, blocks, n_blocks, groups, n_groups, order, 64, s, sw, out, w, spare);
         else if (d == 32)
-            attend_head(q, ld, kh, stride, v, ld, q0, q1, a0, a1, b0, b1, 32, s, sw, out, w, spare);
+            attend_head(q, ld, kh, stride, v, ld, blocks, n_blocks, groups, n_groups, order, 32, s, sw, out, w, spare);
         else
-            attend_head(q, ld, kh, stride, v, ld, q0, q1, a0, a1, b0, b1, d, s, sw, out, w, spare);
+            attend_head(q, ld, kh, stride, v, ld, blocks, n_blocks, groups, n_groups, order, d, s, sw, out, w, spare);
     }
 }
 
@@ -456,7 +585,7 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
               int n_blocks, const int *blocks, int actions, const int *pool, int threads, float *out,
               int *bad) {
     model_t *m = handle;
-    const int w = m->width, all = (1 << (2 + m->layers)) - 1, stride = t + 2 * KEYS, sw = 2 * t + 2 * KEYS;
+    const int w = m->width, all = (1 << (2 + m->layers)) - 1, stride = up16(t) + 2 * KEYS, sw = 2 * up16(t) + 2 * KEYS;
     if ((m->ready & all) != all) return ERR_INCOMPLETE;
     for (int i = 0; i < t; i++) {
         *bad = i;
@@ -476,15 +605,19 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
         if (pool[2 * a] < 0 || pool[2 * a + 1] <= pool[2 * a] || pool[2 * a + 1] > t) return ERR_POOL;
     }
     *bad = -1;
-    const size_t tw = (size_t)t * w, wide = m->inter > 2 * w ? m->inter : 2 * w;
+    const size_t tw = (size_t)t * w, wide = m->inter > 3 * w ? m->inter : 3 * w;
     float *h = malloc(tw * sizeof(float)), *ctx = malloc(tw * sizeof(float)),
           *big = malloc((size_t)t * wide * sizeof(float)), *tmp = malloc((size_t)t * m->inter * sizeof(float)),
-          *kt = calloc((size_t)w * stride, sizeof(float)), *s = malloc((size_t)(t + ROWS) * sw * sizeof(float)),
+          *kt = aligned_floats((size_t)w * stride, 1), *s = aligned_floats((size_t)t * sw, 0),
           *spare = malloc((size_t)ROWS * (w / m->heads) * sizeof(float)),
           *pooled = malloc((size_t)actions * w * sizeof(float)),
           *hidden = malloc((size_t)actions * m->head_hidden * sizeof(float));
     int rc = ERR_MEMORY;
-    if (!h || !ctx || !big || !tmp || !kt || !s || !spare || !pooled || !hidden) goto done;
+    group_t *groups = malloc((size_t)n_blocks * sizeof(group_t));
+    int *order = malloc((size_t)(t > n_blocks ? t : n_blocks) * sizeof(int)), n_groups = 0;
+    if (!h || !ctx || !big || !tmp || !kt || !s || !spare || !pooled || !hidden || !groups || !order ||
+        (n_groups = group_rows(blocks, n_blocks, groups, order)) < 0)
+        goto done;
     const int before = threads > 0 ? MKL_Set_Num_Threads_Local(threads) : 0;
 
     for (int i = 0; i < t; i++) { /* LayerNorm(words + positions + types) */
@@ -497,17 +630,9 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
     }
     for (int l = 0; l < m->layers; l++) {
         const layer_t *L = &m->layer[l];
-        linear(&L->qv, h, t, big);
-        for (int i = 0; i < t; i++) {
-            float *restrict row = big + (size_t)i * 2 * w;
-#pragma omp simd
-            for (int j = 0; j < 2 * w; j++) row[j] += L->qv.bias[j];
-        }
-        keys(&L->key, h, t, stride, kt);
-        for (int b = 0; b < n_blocks; b++) {
-            const int *r = blocks + 6 * b;
-            attend(big, kt, stride, w, m->heads, r[0], r[1], r[2], r[3], r[4], r[5], s, sw, spare, ctx);
-        }
+        linear(&L->qkv, h, t, big);
+        bias_and_keys(big, L->qkv.bias, t, w, stride, kt);
+        attend(big, kt, stride, w, m->heads, blocks, n_blocks, groups, n_groups, order, s, sw, spare, ctx);
         /* h <- LayerNorm(h + ctx W_o + b_o); h <- LayerNorm(h + act(h W_i + b_i) W_f + b_f) */
         linear(&L->out, ctx, t, tmp);
         for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, tmp + (size_t)i * w, L->out.bias, &L->ln1, w);
@@ -550,6 +675,8 @@ done:
     free(tmp);
     free(kt);
     free(s);
+    free(groups);
+    free(order);
     free(spare);
     free(pooled);
     free(hidden);
