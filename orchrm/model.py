@@ -313,7 +313,8 @@ class BradleyTerryModel(nn.Module):
         text's reward does not depend on ``batch_size`` or on the other texts of the call (to
         within float32 rounding in attention, < 1e-5; tests pin it). Each distinct prompt of a
         chunk is encoded once. ``normalize`` maps rewards to ``(r - reward_mean) / reward_std``.
-        On a CPU, :class:`orchrm.onnxrt.OnnxScorer` gives the same rewards with less overhead.
+        On a CPU, :class:`orchrm.onnxrt.OnnxScorer` and :class:`orchrm.native.NativeScorer` give the
+        same rewards with less overhead.
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -337,7 +338,8 @@ class BradleyTerryModel(nn.Module):
 
     def scoring_texts(self, prompts: str | Sequence[str], actions: Sequence[str]) -> ScoringTexts | None:
         """The token ids of a scoring call (None when it has no actions): each distinct prompt
-        once, all in one tokenizer call. Shared by :meth:`score` and :class:`orchrm.onnxrt.OnnxScorer`."""
+        once, all in one tokenizer call. Shared by :meth:`score` and the CPU scorers
+        (:mod:`orchrm.onnxrt`, :mod:`orchrm.native`)."""
         prompts, actions = pair_up(prompts, actions)
         if not actions:
             return None

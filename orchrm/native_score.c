@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* 16 floats, one AVX-512 register (two AVX ones): GCC's vector extension, which compiles to the
  * widest vectors the target has. Loads and stores through it need no alignment. */
@@ -38,6 +39,8 @@ void vsTanh(int n, const float *a, float *r);
 int MKL_Set_Num_Threads_Local(int nt); /* the C interface; the lower-case name is Fortran's */
 
 enum { ACT_GELU = 0, ACT_GELU_TANH = 1, ACT_RELU = 2 };
+/* the phases orm_profile reports, in its order */
+enum { PH_EMBED, PH_LINEAR, PH_KEYS, PH_ATTEND, PH_NORM, PH_ACT, PH_HEAD, PHASES };
 enum { OK = 0, ERR_MEMORY = 1, ERR_TOKEN = 2, ERR_POSITION = 3, ERR_SEGMENT = 4, ERR_BLOCK = 5,
        ERR_POOL = 6, ERR_INCOMPLETE = 7 };
 
@@ -107,6 +110,8 @@ typedef struct {
     layer_t *layer;
     float *head_w1, *head_b1, *head_w2, head_b2; /* (Hh, W), (Hh,), (Hh,), scalar */
     int ready;                                   /* bit 0: embeddings, 1: head, 2 + i: layer i */
+    int profiling;                               /* time the phases of each call into spent[] */
+    double spent[PHASES + 1];                    /* seconds by phase, summed over calls; then the calls */
 } model_t;
 
 static float *copy_of(const float *src, size_t n) {
@@ -234,6 +239,31 @@ int orm_set_head(void *handle, const float *w1, const float *b1, const float *w2
     if (!m->head_w1 || !m->head_b1 || !m->head_w2) return ERR_MEMORY;
     m->ready |= 2;
     return OK;
+}
+
+/* Phase timing (orm_profile): while profiling, tick(m, &t, PHASE) adds the time since t to the
+ * phase and restarts t; otherwise it does nothing. */
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static inline void tick(model_t *m, double *since, int phase) {
+    if (!m->profiling) return;
+    const double now = seconds();
+    m->spent[phase] += now - *since;
+    *since = now;
+}
+
+/* on: 1 starts profiling (the counters from zero), 0 stops it; out (PHASES + 1 doubles, may be
+ * NULL): the seconds spent in each phase over the calls so far, then the number of calls. Not
+ * for scorers that several threads call at once. */
+void orm_profile(void *handle, int on, double *out) {
+    model_t *m = handle;
+    if (out) memcpy(out, m->spent, sizeof m->spent);
+    if (on && !m->profiling) memset(m->spent, 0, sizeof m->spent);
+    m->profiling = on;
 }
 
 /* y (t, n) = x (t, k) . W^T (the bias is the next pass's) */
@@ -619,6 +649,7 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
         (n_groups = group_rows(blocks, n_blocks, groups, order)) < 0)
         goto done;
     const int before = threads > 0 ? MKL_Set_Num_Threads_Local(threads) : 0;
+    double since = m->profiling ? seconds() : 0.0;
 
     for (int i = 0; i < t; i++) { /* LayerNorm(words + positions + types) */
         float *restrict row = h + (size_t)i * w;
@@ -628,18 +659,28 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
         for (int j = 0; j < w; j++) row[j] = we[j] + pe[j] + te[j];
         norm(row, &m->emb_ln, w);
     }
+    tick(m, &since, PH_EMBED);
     for (int l = 0; l < m->layers; l++) {
         const layer_t *L = &m->layer[l];
         linear(&L->qkv, h, t, big);
+        tick(m, &since, PH_LINEAR);
         bias_and_keys(big, L->qkv.bias, t, w, stride, kt);
+        tick(m, &since, PH_KEYS);
         attend(big, kt, stride, w, m->heads, blocks, n_blocks, groups, n_groups, order, s, sw, spare, ctx);
+        tick(m, &since, PH_ATTEND);
         /* h <- LayerNorm(h + ctx W_o + b_o); h <- LayerNorm(h + act(h W_i + b_i) W_f + b_f) */
         linear(&L->out, ctx, t, tmp);
+        tick(m, &since, PH_LINEAR);
         for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, tmp + (size_t)i * w, L->out.bias, &L->ln1, w);
+        tick(m, &since, PH_NORM);
         linear(&L->inter, h, t, big);
+        tick(m, &since, PH_LINEAR);
         activate(big, L->inter.bias, t, m->inter, m->act, tmp);
+        tick(m, &since, PH_ACT);
         linear(&L->ffn, big, t, ctx);
+        tick(m, &since, PH_LINEAR);
         for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, ctx + (size_t)i * w, L->ffn.bias, &L->ln2, w);
+        tick(m, &since, PH_NORM);
     }
     for (int a = 0; a < actions; a++) { /* mean over the pooled tokens */
         float *restrict p = pooled + (size_t)a * w;
@@ -666,6 +707,8 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
             out[a] = r + m->head_b2;
         }
     }
+    tick(m, &since, PH_HEAD);
+    if (m->profiling) m->spent[PHASES] += 1;
     rc = OK;
     if (threads > 0) MKL_Set_Num_Threads_Local(before);
 done:

@@ -4,6 +4,7 @@ whatever the chunking; a library built once per machine; bad input and a missing
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 import torch
@@ -197,3 +198,35 @@ def test_a_failed_compile_shows_the_compiler_and_leaves_no_library(trained_model
     assert not list(fresh_library.glob("native/*/*.so"))
     monkeypatch.delenv("CC")
     NativeScorer(trained_model)  # the next try compiles
+
+
+def test_threads_can_score_with_one_scorer_at_once(trained_model, pairs):
+    # the C call releases the GIL and keeps its buffers per call: concurrent calls do not mix
+    from concurrent.futures import ThreadPoolExecutor
+
+    scorer = NativeScorer(trained_model, threads=1)
+    calls = [_texts(pairs.iloc[i:], 8) for i in range(0, 16, 2)]
+    expected = [scorer.score(p, a) for p, a in calls]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda c: scorer.score(*c), calls * 3))
+    for i, rewards in enumerate(got):
+        assert torch.equal(rewards, expected[i % len(calls)])
+
+
+def test_the_phase_profile_adds_up_to_the_calls_it_timed(trained_model, pairs):
+    scorer = NativeScorer(trained_model)
+    prompts, actions = _texts(pairs, 8)
+    scorer.score(prompts, actions)  # not profiled
+    assert scorer.profile()["chunks"] == 0  # starts it
+    chunks = len(trained_model.scoring_texts(prompts, actions).chunks(scorer.model_config, scorer.max_tokens))
+    start = time.perf_counter()
+    for _ in range(3):
+        scorer.score(prompts, actions)
+    elapsed_ms = 1e3 * (time.perf_counter() - start)
+    timed = scorer.profile(on=False)
+    assert timed["chunks"] == 3 * chunks
+    phases = [timed[p] for p in native.PHASES]
+    assert all(ms >= 0 for ms in phases) and timed["linear layers"] > 0 and timed["attention"] > 0
+    assert 0 < sum(phases) * timed["chunks"] <= elapsed_ms  # inside the calls, not more than they took
+    scorer.score(prompts, actions)
+    assert scorer.profile(on=False)["chunks"] == 3 * chunks  # stopped: nothing more counted
