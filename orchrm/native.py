@@ -16,7 +16,7 @@ beside :class:`orchrm.onnxrt.OnnxScorer` and ``model.score``.
 Needs: a BERT-family encoder (:func:`orchrm.encoders.supports_shared_prompt`), a PyTorch build
 with MKL (``torch.backends.mkl.is_available()``: the x86-64 builds) and a C compiler (``$CC``,
 else ``cc``). The library is cached under ``$ORCHRM_CACHE_DIR`` (default
-``$XDG_CACHE_HOME/orchrm``, else ``~/.cache/orchrm``), one build per source, compiler, PyTorch
+``$XDG_CACHE_HOME/orchrm``, else ``~/.cache/orchrm``), one build per source, ``$CC``, PyTorch
 and CPU. MKL's kernels are fastest on Intel CPUs; on AMD ones ONNX Runtime's may be faster (the
 benchmark says, per machine). The scorer copies the weights when it is built: train the model
 further and build a new one.
@@ -87,7 +87,7 @@ def _cpu_identity() -> str:
 
 def _compiler() -> list[str]:
     """``$CC`` (split like a shell would: it may carry flags), else the first of cc, gcc, clang found."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = os.environ.get("CC", "").strip() or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
         raise ConfigError(
             "NativeScorer compiles its forward pass on first use and found no C compiler: install one "
@@ -96,23 +96,52 @@ def _compiler() -> list[str]:
     return shlex.split(cc)
 
 
+def _intact(library_path: Path) -> bool:
+    """Whether a cached library is whole: the checksum written beside it after it matches. (A
+    library cut short, by a crash or a full disk, would crash the process that loads it.)"""
+    try:
+        expected = library_path.with_name(library_path.name + ".sha256").read_text().strip()
+        return hashlib.sha256(library_path.read_bytes()).hexdigest() == expected
+    except OSError:
+        return False
+
+
+def _write_synced(path: Path, data: bytes | None = None) -> None:
+    """Write ``data`` to ``path`` (or leave its contents) and flush it to the disk."""
+    with open(path, "wb" if data is not None else "rb+") as f:
+        if data is not None:
+            f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _build(source: bytes, torch_lib: Path) -> Path:
     """The compiled library's path: from the cache, else compiled there now.
 
-    One build per source, flags, PyTorch (its version and where it lies: the library links to its
-    ``libtorch_cpu``) and CPU (``-march=native``); which compiler built it does not matter, so a
-    cached library needs none.
+    One build per source, flags, ``$CC`` (it may carry flags of its own), PyTorch (its version and
+    where it lies: the library links to its ``libtorch_cpu``) and CPU (``-march=native``). Which
+    compiler ``cc`` is does not matter, so a cached library needs none. A build is cached only
+    once it loads, with its checksum beside it; a cached library whose checksum does not match
+    is built again.
     """
     key = hashlib.sha256(
         b"\0".join(x.encode() if isinstance(x, str) else x for x in
-                   (source, " ".join(_FLAGS), torch.__version__, str(torch_lib), _cpu_identity()))
+                   (source, " ".join(_FLAGS), "CC=" + os.environ.get("CC", "").strip(), torch.__version__,
+                    str(torch_lib), _cpu_identity()))
     ).hexdigest()[:24]
-    target = cache_dir() / "native" / key / "liborchrm_score.so"
-    if target.exists():
+    folder = cache_dir() / "native" / key
+    target = folder / "liborchrm_score.so"
+    if _intact(target):
         return target
     cc = _compiler()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        workdir = tempfile.TemporaryDirectory(dir=folder)
+    except OSError as exc:
+        raise ConfigError(
+            f"NativeScorer cannot write its library cache {folder} ({exc}): set ORCHRM_CACHE_DIR to a writable folder"
+        ) from exc
+    with workdir as tmp:
         src, lib = Path(tmp) / "native_score.c", Path(tmp) / target.name
         src.write_bytes(source)
         cmd = [*cc, *_FLAGS, str(src), "-o", str(lib), f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}", "-lm"]
@@ -128,7 +157,18 @@ def _build(source: bytes, torch_lib: Path) -> Path:
                 f"compiling NativeScorer's forward pass failed ({' '.join(cc)} exited with {done.returncode}):\n"
                 f"{done.stderr.strip()[-2000:]}\nfix the compiler (or set CC), or score with orchrm.onnxrt.OnnxScorer"
             )
-        os.replace(lib, target)  # atomic: another process sees the whole library or none
+        try:
+            load(lib)
+        except OSError as exc:
+            raise ConfigError(
+                f"NativeScorer's freshly compiled library does not load ({exc}): fix the compiler (or set CC), "
+                "or score with orchrm.onnxrt.OnnxScorer"
+            ) from exc
+        _write_synced(lib)
+        checksum = Path(tmp) / "checksum"
+        _write_synced(checksum, hashlib.sha256(lib.read_bytes()).hexdigest().encode())
+        os.replace(lib, target)  # atomic: another process sees the whole library or none; the
+        os.replace(checksum, target.with_name(target.name + ".sha256"))  # checksum last
     return target
 
 
@@ -143,7 +183,14 @@ def library() -> ctypes.CDLL:
                     f"({torch.__version__} on {platform.machine()}): score with orchrm.onnxrt.OnnxScorer"
                 )
             source = resources.files("orchrm").joinpath("native_score.c").read_bytes()
-            _library = load(_build(source, Path(torch.__file__).parent / "lib"))
+            path = _build(source, Path(torch.__file__).parent / "lib")
+            try:
+                _library = load(path)
+            except OSError as exc:
+                raise ConfigError(
+                    f"NativeScorer's compiled library {path} does not load ({exc}): remove {path.parent} to "
+                    "build it again, or score with orchrm.onnxrt.OnnxScorer"
+                ) from exc
         return _library
 
 
@@ -223,10 +270,7 @@ class NativeScorer:
         width, heads = cfg.hidden_size, cfg.num_attention_heads
         handle = lib.orm_new(width, heads, len(bert.encoder.layer), cfg.intermediate_size, head[0].out_features, act)
         if not handle:
-            raise ConfigError(
-                f"NativeScorer cannot hold this encoder's shape ({width} wide, {heads} heads, "
-                f"{len(bert.encoder.layer)} layers; it takes at most 29): score with model.score(...)"
-            )
+            raise ConfigError(f"NativeScorer cannot hold this encoder's shape ({width} wide, {heads} heads): score with model.score(...)")
         self._lib, self._handle = lib, handle
         self._finalizer = weakref.finalize(self, lib.orm_free, handle)
         with torch.no_grad():
@@ -273,8 +317,8 @@ class NativeScorer:
             blocks[n_prompts:, 4], blocks[n_prompts:, 5] = starts[n_prompts:], ends[n_prompts:]
         action_ends = ends[n_prompts:]
         pool = np.ascontiguousarray(np.stack([action_ends - batch.pool_lens.numpy().astype(np.int32), action_ends], axis=1))
-        ids, positions = batch.input_ids.numpy(), batch.positions.numpy()
-        segments = batch.segments.numpy() if self._types > 1 else np.zeros_like(ids)  # one row: every token adds it
+        ids, positions = (np.ascontiguousarray(x.numpy(), dtype=np.int64) for x in (batch.input_ids, batch.positions))
+        segments = np.ascontiguousarray(batch.segments.numpy(), dtype=np.int64) if self._types > 1 else np.zeros_like(ids)  # one row: every token adds it
         out = np.empty(batch.num_actions, dtype=np.float32)
         bad = ctypes.c_int(-1)
         rc = self._lib.orm_score(

@@ -109,7 +109,7 @@ typedef struct {
     norm_t emb_ln;
     layer_t *layer;
     float *head_w1, *head_b1, *head_w2, head_b2; /* (Hh, W), (Hh,), (Hh,), scalar */
-    int ready;                                   /* bit 0: embeddings, 1: head, 2 + i: layer i */
+    int embeddings_set, head_set, layers_set;    /* what orm_set_* has filled in: layers_set counts */
     int profiling;                               /* time the phases of each call into spent[] */
     double spent[PHASES + 1];                    /* seconds by phase, summed over calls; then the calls */
 } model_t;
@@ -142,8 +142,8 @@ static int set_norm(norm_t *ln, const float *g, const float *b, float eps, int w
 }
 
 void *orm_new(int width, int heads, int layers, int inter, int head_hidden, int act) {
-    if (width < 1 || heads < 1 || width % heads || layers < 1 || layers > 29 /* the bits of ready */ ||
-        inter < 1 || head_hidden < 1 || act < ACT_GELU || act > ACT_RELU)
+    if (width < 1 || heads < 1 || width % heads || layers < 1 || inter < 1 || head_hidden < 1 ||
+        act < ACT_GELU || act > ACT_RELU)
         return NULL;
     model_t *m = calloc(1, sizeof(model_t));
     if (!m) return NULL;
@@ -206,7 +206,7 @@ int orm_set_embeddings(void *handle, const float *word, int vocab, const float *
     m->type = copy_of(type, types * w);
     if (!m->word || !m->pos || !m->type) return ERR_MEMORY;
     int rc = set_norm(&m->emb_ln, gamma, beta, eps, m->width);
-    if (rc == OK) m->ready |= 1;
+    if (rc == OK) m->embeddings_set = 1;
     return rc;
 }
 
@@ -216,7 +216,7 @@ int orm_set_layer(void *handle, int i, const float *qkv_w, const float *qkv_b, c
                   const float *inter_w, const float *inter_b, const float *ffn_w, const float *ffn_b,
                   const float *ln2_g, const float *ln2_b, float ln2_eps) {
     model_t *m = handle;
-    if (i < 0 || i >= m->layers) return ERR_INCOMPLETE;
+    if (i < 0 || i >= m->layers || m->layer[i].qkv.packed) return ERR_INCOMPLETE; /* each layer once */
     layer_t *l = &m->layer[i];
     int w = m->width, rc;
     if ((rc = set_linear(&l->qkv, qkv_w, qkv_b, 3 * w, w)) ||
@@ -226,7 +226,7 @@ int orm_set_layer(void *handle, int i, const float *qkv_w, const float *qkv_b, c
         (rc = set_norm(&l->ln1, ln1_g, ln1_b, ln1_eps, w)) ||
         (rc = set_norm(&l->ln2, ln2_g, ln2_b, ln2_eps, w)))
         return rc;
-    m->ready |= 1 << (2 + i);
+    m->layers_set++;
     return OK;
 }
 
@@ -237,7 +237,7 @@ int orm_set_head(void *handle, const float *w1, const float *b1, const float *w2
     m->head_w2 = copy_of(w2, m->head_hidden);
     m->head_b2 = b2;
     if (!m->head_w1 || !m->head_b1 || !m->head_w2) return ERR_MEMORY;
-    m->ready |= 2;
+    m->head_set = 1;
     return OK;
 }
 
@@ -256,13 +256,13 @@ static inline void tick(model_t *m, double *since, int phase) {
     *since = now;
 }
 
-/* on: 1 starts profiling (the counters from zero), 0 stops it; out (PHASES + 1 doubles, may be
+/* on: 1 starts profiling (the counters from zero, also when it was on), 0 stops it; out (PHASES + 1 doubles, may be
  * NULL): the seconds spent in each phase over the calls so far, then the number of calls. Not
  * for scorers that several threads call at once. */
 void orm_profile(void *handle, int on, double *out) {
     model_t *m = handle;
     if (out) memcpy(out, m->spent, sizeof m->spent);
-    if (on && !m->profiling) memset(m->spent, 0, sizeof m->spent);
+    if (on) memset(m->spent, 0, sizeof m->spent);
     m->profiling = on;
 }
 
@@ -319,32 +319,34 @@ static void activate(float *restrict x, const float *restrict bias, int t, int n
     }
 }
 
-/* shuffle indices (0-15: the first vector's lanes, 16-31: the second's) that swap the
- * off-diagonal b x b blocks between a row i and the row i + b below it */
-static const ivec SWAP_LO[4] = {
-    {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-    {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-    {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-    {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-};
-static const ivec SWAP_HI[4] = {
-    {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
-    {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
-    {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
-    {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
-};
+/* r[i] and r[i + b] for each i with bit b clear: swap the off-diagonal b x b blocks of every
+ * 2b x 2b block (lanes 0-15 of a shuffle index the first vector, 16-31 the second); for
+ * b = 8, 4, 2, 1 in turn that transposes the 16 x 16 matrix r. GCC's __builtin_shuffle takes
+ * the indices as a vector, clang's __builtin_shufflevector (GCC's too, from 12) as constants. */
+#if defined(__clang__)
+#define SHUFFLE(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#else
+#define SHUFFLE(x, y, ...) __builtin_shuffle(x, y, (ivec){__VA_ARGS__})
+#endif
+#define SWAP_BLOCKS(b, LO, HI)                                   \
+    for (int i = 0; i < 16; i++)                                 \
+        if (!(i & (b))) {                                        \
+            const vec x = r[i], y = r[i + (b)];                  \
+            r[i] = SHUFFLE(x, y, LO);                            \
+            r[i + (b)] = SHUFFLE(x, y, HI);                      \
+        }
+#define LANES(...) __VA_ARGS__
 
-/* the 16 x 16 matrix r (one row a vector) transposed in registers: block swaps of 8, 4, 2, 1 */
+/* the 16 x 16 matrix r (one row a vector) transposed in registers */
 static inline __attribute__((always_inline)) void transpose16(vec r[16]) {
-    for (int stage = 0; stage < 4; stage++) {
-        const int b = 8 >> stage;
-        for (int i = 0; i < 16; i++)
-            if (!(i & b)) {
-                const vec x = r[i], y = r[i + b];
-                r[i] = __builtin_shuffle(x, y, SWAP_LO[stage]);
-                r[i + b] = __builtin_shuffle(x, y, SWAP_HI[stage]);
-            }
-    }
+    SWAP_BLOCKS(8, LANES(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+                LANES(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+    SWAP_BLOCKS(4, LANES(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27),
+                LANES(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+    SWAP_BLOCKS(2, LANES(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
+                LANES(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+    SWAP_BLOCKS(1, LANES(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+                LANES(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
 }
 
 /* qkv rows (t, 3W) += bias, and the keys transposed for the score loop: kt[c * stride + j] =
@@ -608,28 +610,39 @@ static void attend(const float *qkv, const float *kt, int stride, int w, int hea
 
 /* Rewards (actions,) of one packed chunk of t tokens.
  * blocks: n_blocks x 6 ints (q0, q1, a0, a1, b0, b1): query rows [q0, q1) see keys [a0, a1) and
- * [b0, b1) (either may be empty, not both); every token is in exactly one block's query rows.
+ * [b0, b1) (either may be empty, not both); the blocks' query rows, in order, are [0, t) (the
+ * first starts at 0, each the next where the last ended, the last ends at t).
  * pool: actions x 2 ints (lo, hi): the action's pooled tokens. threads: MKL's threads for this
  * call (0: leave as set). Returns OK or an ERR_ code; *bad: the offending index. */
 int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions, const int64_t *segments,
               int n_blocks, const int *blocks, int actions, const int *pool, int threads, float *out,
               int *bad) {
     model_t *m = handle;
-    const int w = m->width, all = (1 << (2 + m->layers)) - 1, stride = up16(t) + 2 * KEYS, sw = 2 * up16(t) + 2 * KEYS;
-    if ((m->ready & all) != all) return ERR_INCOMPLETE;
+    const int w = m->width, stride = up16(t) + 2 * KEYS;
+    if (!m->embeddings_set || !m->head_set || m->layers_set != m->layers) return ERR_INCOMPLETE;
     for (int i = 0; i < t; i++) {
         *bad = i;
         if (ids[i] < 0 || ids[i] >= m->vocab) return ERR_TOKEN;
         if (positions[i] < 0 || positions[i] >= m->positions) return ERR_POSITION;
         if (segments[i] < 0 || segments[i] >= m->types) return ERR_SEGMENT;
     }
+    /* each block's ranges inside [0, t), and its query rows next to the last block's: together
+     * the blocks' rows are every token once, in order */
+    int widest_a = 0, widest_b = 0;
     for (int b = 0; b < n_blocks; b++) {
         const int *r = blocks + 6 * b;
         *bad = b;
-        if (r[0] < 0 || r[1] <= r[0] || r[1] > t || r[2] < 0 || r[3] < r[2] || r[3] > t || r[4] < 0 ||
-            r[5] < r[4] || r[5] > t || r[3] - r[2] + r[5] - r[4] < 1)
+        if (r[0] != (b ? r[-5] : 0) || r[1] <= r[0] || r[1] > t || r[2] < 0 || r[3] < r[2] || r[3] > t ||
+            r[4] < 0 || r[5] < r[4] || r[5] > t || r[3] - r[2] + r[5] - r[4] < 1)
             return ERR_BLOCK;
+        widest_a = r[3] - r[2] > widest_a ? r[3] - r[2] : widest_a;
+        widest_b = r[5] - r[4] > widest_b ? r[5] - r[4] : widest_b;
     }
+    *bad = n_blocks;
+    if (!n_blocks || blocks[6 * n_blocks - 5] != t) return ERR_BLOCK;
+    /* a score row: the first range's keys, from the next multiple of 16 the second's, and room
+     * for a tile's 32 floats past either */
+    const int sw = up16(widest_a) + up16(widest_b) + 2 * KEYS;
     for (int a = 0; a < actions; a++) {
         *bad = a;
         if (pool[2 * a] < 0 || pool[2 * a + 1] <= pool[2 * a] || pool[2 * a + 1] > t) return ERR_POOL;

@@ -173,18 +173,56 @@ def test_non_bert_encoders_are_refused(pairs, tmp_path):
         NativeScorer(model)
 
 
-def test_the_library_is_built_once_per_machine_and_reused(trained_model, fresh_library, monkeypatch):
+def test_the_library_is_built_once_per_machine_and_reused(trained_model, fresh_library, monkeypatch, tmp_path):
     ref = NativeScorer(trained_model).score("What is 2 + 3?", ["add them", "guess"])
     (built,) = fresh_library.glob("native/*/liborchrm_score.so")
     stamp = built.stat().st_mtime_ns
     monkeypatch.setattr(native, "_library", None)  # a new process: loads the cached library
-    monkeypatch.setenv("CC", str(fresh_library / "no-such-cc"))  # and would fail, were it to compile
+    monkeypatch.setenv("PATH", str(tmp_path / "no-compilers-here"))  # and could not compile one
     again = NativeScorer(trained_model).score("What is 2 + 3?", ["add them", "guess"])
     assert torch.equal(again, ref)
     assert list(fresh_library.glob("native/*/liborchrm_score.so")) == [built] and built.stat().st_mtime_ns == stamp
 
 
-def test_a_missing_compiler_names_the_fix(trained_model, fresh_library, monkeypatch):
+def test_a_cached_library_cut_short_is_built_again(trained_model, fresh_library, monkeypatch):
+    # loading a truncated library would crash the process (SIGBUS): its checksum sends it back to the compiler
+    ref = NativeScorer(trained_model).score("What is 2 + 3?", ["add them", "guess"])
+    (built,) = fresh_library.glob("native/*/liborchrm_score.so")
+    whole = built.read_bytes()
+    cut = built.with_name("cut")  # as a crash would leave it (a new file: this process has the old one mapped)
+    cut.write_bytes(whole[: len(whole) // 3])
+    cut.replace(built)
+    assert not native._intact(built)
+    monkeypatch.setattr(native, "_library", None)
+    assert torch.equal(NativeScorer(trained_model).score("What is 2 + 3?", ["add them", "guess"]), ref)
+    assert native._intact(built) and built.stat().st_size == len(whole)
+
+
+def test_flags_in_cc_make_a_build_of_their_own(trained_model, fresh_library, monkeypatch):
+    NativeScorer(trained_model)
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setenv("CC", "cc -DORCHRM_ANOTHER_BUILD")
+    NativeScorer(trained_model)
+    assert len(list(fresh_library.glob("native/*/liborchrm_score.so"))) == 2
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setenv("CC", "   ")  # blank: as if unset, the first build again
+    NativeScorer(trained_model)
+    assert len(list(fresh_library.glob("native/*/liborchrm_score.so"))) == 2
+
+
+def test_an_unwritable_cache_names_the_setting_to_change(trained_model, fresh_library, monkeypatch, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    monkeypatch.setenv("ORCHRM_CACHE_DIR", str(a_file))
+    with pytest.raises(ConfigError, match="cannot write its library cache.*ORCHRM_CACHE_DIR"):
+        NativeScorer(trained_model)
+
+
+def test_a_missing_compiler_names_the_fix(trained_model, fresh_library, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-compilers-here"))
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(ConfigError, match="found no C compiler.*install one.*OnnxScorer"):
+        NativeScorer(trained_model)
     monkeypatch.setenv("CC", str(fresh_library / "no-such-cc"))
     with pytest.raises(ConfigError, match="no-such-cc.*does not run.*set CC.*OnnxScorer"):
         NativeScorer(trained_model)
@@ -230,3 +268,42 @@ def test_the_phase_profile_adds_up_to_the_calls_it_timed(trained_model, pairs):
     assert 0 < sum(phases) * timed["chunks"] <= elapsed_ms  # inside the calls, not more than they took
     scorer.score(prompts, actions)
     assert scorer.profile(on=False)["chunks"] == 3 * chunks  # stopped: nothing more counted
+
+
+def _call(scorer, t: int, blocks: list[tuple[int, ...]]) -> int:
+    """orm_score on t tokens of one id with the given attention blocks and one action pooling them all."""
+    import ctypes
+
+    import numpy as np
+
+    ids, positions, segments = np.full(t, 5, dtype=np.int64), np.arange(t, dtype=np.int64), np.zeros(t, dtype=np.int64)
+    block_array, pool = np.array(blocks, dtype=np.int32), np.array([[0, t]], dtype=np.int32)
+    out, bad = np.zeros(1, dtype=np.float32), ctypes.c_int(-1)
+    ptr = lambda a, kind: a.ctypes.data_as(ctypes.POINTER(kind))  # noqa: E731
+    return scorer._lib.orm_score(
+        scorer._handle, t, ptr(ids, ctypes.c_int64), ptr(positions, ctypes.c_int64), ptr(segments, ctypes.c_int64),
+        len(block_array), ptr(block_array, ctypes.c_int), 1, ptr(pool, ctypes.c_int), 1, ptr(out, ctypes.c_float),
+        ctypes.byref(bad),
+    )
+
+
+def test_blocks_must_cover_every_token_once_in_order(trained_model):
+    # the C entry point on its own: overlapping blocks overran a buffer, uncovered rows read uninitialised memory
+    scorer = NativeScorer(trained_model)
+    assert _call(scorer, 4, [(0, 2, 0, 2, 0, 0), (2, 4, 0, 2, 2, 4)]) == 0
+    for blocks in ([(0, 4, 0, 4, 0, 0), (0, 4, 0, 4, 0, 0)],  # overlapping
+                   [(0, 2, 0, 2, 0, 0)],  # rows 2 and 3 in no block
+                   [(0, 2, 0, 2, 0, 0), (3, 4, 3, 4, 0, 0)],  # a gap
+                   [(2, 4, 2, 4, 0, 0), (0, 2, 0, 2, 0, 0)],  # out of order
+                   []):
+        assert _call(scorer, 4, blocks) == 5, blocks  # ERR_BLOCK
+
+
+def test_one_long_chunk_scores_in_memory_linear_in_its_length(trained_model):
+    # 700 actions of the longest length in one chunk (about 20k tokens); scratch for the attention
+    # scores grew with the square of the chunk (3 GB here) before
+    actions = [f"{LONG_PLAN}\nvariant {i}" for i in range(700)]
+    (chunk,) = trained_model.scoring_texts("q", actions).chunks(trained_model.config, 100_000)
+    assert trained_model.scoring_texts("q", actions).pack(chunk).num_tokens > 15_000
+    got = NativeScorer(trained_model, max_tokens=100_000).score("q", actions)
+    torch.testing.assert_close(got, trained_model.score("q", actions), rtol=0, atol=1e-5)
