@@ -34,6 +34,15 @@ def _fitted(pairs, **kwargs) -> BradleyTerryModel:
     return model.eval()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def library_cache(tmp_path_factory):
+    """This module's builds in a cache of its own (not the user's ~/.cache/orchrm), built once here."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ORCHRM_CACHE_DIR", str(tmp_path_factory.mktemp("orchrm-cache")))
+        mp.setattr(native, "_library", None)
+        yield
+
+
 @pytest.fixture
 def fresh_library(tmp_path, monkeypatch):
     """An empty library cache and no library loaded yet: the next scorer compiles."""
