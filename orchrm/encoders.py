@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -42,6 +42,8 @@ from torch import Tensor, nn
 
 from orchrm.config import ModelConfig
 from orchrm.errors import ConfigError, ModelFileError
+
+T = TypeVar("T")
 
 #: special tokens of the scratch tokenizer, in id order
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
@@ -241,6 +243,25 @@ def supports_shared_prompt(encoder: nn.Module) -> bool:
         and getattr(cfg, "position_embedding_type", "absolute") == "absolute"
         and not getattr(cfg, "is_decoder", False)
     )
+
+
+def scorer_activation(encoder: nn.Module, known: Mapping[str, T], scorer: str) -> T:
+    """What ``known`` maps a BERT-family ``encoder``'s activation to: the CPU scorers' check.
+
+    A ConfigError that names ``scorer`` and the fix (``model.score``) for another kind of encoder
+    or an activation ``known`` lacks.
+    """
+    if not supports_shared_prompt(encoder):
+        raise ConfigError(
+            f"{scorer} supports BERT-family encoders; this model's encoder is "
+            f"{encoder.config.model_type!r}: score with model.score(...)"
+        )
+    act = encoder.config.hidden_act
+    if not isinstance(act, str) or act not in known:
+        raise ConfigError(
+            f"{scorer} knows the activations {sorted(known)}; this encoder uses {act!r}: score with model.score(...)"
+        )
+    return known[act]
 
 
 def usable_positions(encoder: nn.Module) -> int | None:

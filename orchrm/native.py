@@ -242,18 +242,8 @@ class NativeScorer:
         if not model.fitted:
             raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
         bert = model.encoder
-        if not encoders.supports_shared_prompt(bert):
-            raise ConfigError(
-                f"NativeScorer supports BERT-family encoders; this model's encoder is "
-                f"{bert.config.model_type!r}: score with model.score(...)"
-            )
+        act = encoders.scorer_activation(bert, _ACTIVATIONS, "NativeScorer")
         cfg = bert.config
-        act = _ACTIVATIONS.get(cfg.hidden_act) if isinstance(cfg.hidden_act, str) else None
-        if act is None:
-            raise ConfigError(
-                f"NativeScorer knows the activations {sorted(_ACTIVATIONS)}; this encoder uses "
-                f"{cfg.hidden_act!r}: score with model.score(...)"
-            )
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         threads = torch.get_num_threads() if threads is None else threads

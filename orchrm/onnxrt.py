@@ -104,18 +104,8 @@ def build_graph(model: BradleyTerryModel, *, dense: bool | None = None):
     from onnx import TensorProto, helper, numpy_helper
 
     bert = model.encoder
-    if not encoders.supports_shared_prompt(bert):
-        raise ConfigError(
-            f"ONNX Runtime scoring supports BERT-family encoders; this model's encoder is "
-            f"{bert.config.model_type!r}: score with model.score(...)"
-        )
+    act = encoders.scorer_activation(bert, _ACTIVATIONS, "ONNX Runtime scoring")
     cfg = bert.config
-    act = _ACTIVATIONS.get(cfg.hidden_act) if isinstance(cfg.hidden_act, str) else None
-    if act is None:
-        raise ConfigError(
-            f"ONNX Runtime scoring knows the activations {sorted(_ACTIVATIONS)}; this encoder uses "
-            f"{cfg.hidden_act!r}: score with model.score(...)"
-        )
     heads, width = cfg.num_attention_heads, cfg.hidden_size
     inits: list = []
     nodes: list = []

@@ -1,5 +1,6 @@
-"""The compiled scorer: the same rewards as ``model.score`` for every layout, head size and activation,
-whatever the chunking; a library built once per machine; bad input and a missing compiler named."""
+"""The compiled scorer: the same rewards as ``model.score`` for every layout, head size and activation;
+a library built once per machine and rebuilt when damaged; bad input and a missing compiler named.
+The contract both CPU scorers keep is tested in test_cpu_scorers."""
 
 from __future__ import annotations
 
@@ -13,34 +14,19 @@ from orchrm import BradleyTerryModel, native
 from orchrm.errors import ConfigError
 from orchrm.native import NativeScorer
 
+from ._scoring_helpers import LONG_PLAN
+from ._scoring_helpers import texts as _texts
+
 if not torch.backends.mkl.is_available():
     pytest.skip("NativeScorer runs on the MKL of PyTorch's x86-64 builds; this PyTorch has none", allow_module_level=True)
 if not shutil.which("cc") and not shutil.which("gcc"):
     pytest.skip("NativeScorer compiles its forward pass with the machine's C compiler; none is installed", allow_module_level=True)
-
-LONG_PLAN = "\n".join(f'<agent id="a{i}" type="CoT" model="small"/>' for i in range(1, 40))
-
-
-def _texts(pairs, n: int = 12) -> tuple[list[str], list[str]]:
-    rows = pairs.iloc[:n]
-    prompts = list(rows["prompt"]) + [rows["prompt"].iloc[0] * 6]  # one prompt beyond prompt_length
-    actions = list(rows["chosen"]) + [LONG_PLAN]  # one action beyond max_length
-    return prompts, actions
 
 
 def _fitted(pairs, **kwargs) -> BradleyTerryModel:
     model = BradleyTerryModel(**kwargs)
     model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + list(pairs["rejected"]))
     return model.eval()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def library_cache(tmp_path_factory):
-    """This module's builds in a cache of its own (not the user's ~/.cache/orchrm), built once here."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ORCHRM_CACHE_DIR", str(tmp_path_factory.mktemp("orchrm-cache")))
-        mp.setattr(native, "_library", None)
-        yield
 
 
 @pytest.fixture
@@ -98,29 +84,9 @@ def test_sharp_attention_matches(pairs, tiny_model_kwargs):
     torch.testing.assert_close(got, model.score(prompts, actions), rtol=1e-4, atol=1e-4)
 
 
-def test_trained_model_and_normalized_rewards_match(trained_model, pairs):
+def test_threads_do_not_change_a_reward(trained_model, pairs):
     prompts, actions = _texts(pairs, 20)
-    trained_model.reward_mean, trained_model.reward_std = 0.3, 2.0
-    try:
-        scorer = NativeScorer(trained_model)
-        for normalize in (False, True):
-            torch.testing.assert_close(
-                scorer.score(prompts, actions, normalize=normalize),
-                trained_model.score(prompts, actions, normalize=normalize),
-                rtol=0,
-                atol=1e-5,
-            )
-    finally:
-        trained_model.reward_mean, trained_model.reward_std = 0.0, 1.0
-
-
-def test_chunking_and_threads_do_not_change_a_reward(trained_model, pairs):
-    prompts, actions = _texts(pairs, 20)
-    ref = NativeScorer(trained_model, max_tokens=100_000, threads=1).score(prompts, actions)
-    middle = NativeScorer(trained_model, max_tokens=120)
-    assert len(trained_model.scoring_texts(prompts, actions).chunks(middle.model_config, middle.max_tokens)) > 2
-    torch.testing.assert_close(NativeScorer(trained_model, max_tokens=1).score(prompts, actions), ref, rtol=0, atol=1e-5)
-    torch.testing.assert_close(middle.score(prompts, actions), ref, rtol=0, atol=1e-5)
+    ref = NativeScorer(trained_model, threads=1).score(prompts, actions)
     torch.testing.assert_close(NativeScorer(trained_model, threads=2).score(prompts, actions), ref, rtol=0, atol=1e-5)
 
 
@@ -128,31 +94,6 @@ def test_minilm_matches(pairs):
     model = BradleyTerryModel(encoder="minilm", max_length=128, dropout=0.0)
     prompts, actions = _texts(pairs, 6)
     torch.testing.assert_close(NativeScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
-
-
-def test_the_scorer_keeps_the_weights_it_was_built_with(pairs, tiny_model_kwargs):
-    model = _fitted(pairs, **tiny_model_kwargs)
-    prompts, actions = _texts(pairs, 4)
-    scorer = NativeScorer(model)
-    before = scorer.score(prompts, actions)
-    with torch.no_grad():
-        model.head[-1].bias.add_(1.0)
-        model.encoder.encoder.layer[0].attention.self.key.weight.mul_(2.0)
-    assert torch.equal(scorer.score(prompts, actions), before)
-    torch.testing.assert_close(NativeScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
-
-
-def test_bad_calls_say_what_is_wrong(trained_model, tiny_model_kwargs):
-    scorer = NativeScorer(trained_model)
-    assert scorer.score("q", []).shape == (0,)
-    with pytest.raises(ValueError, match="2 prompts for 1 actions"):
-        scorer.score(["a", "b"], ["x"])
-    with pytest.raises(ConfigError, match="no tokenizer yet"):
-        NativeScorer(BradleyTerryModel(**tiny_model_kwargs))
-    with pytest.raises(ValueError, match="max_tokens"):
-        NativeScorer(trained_model, max_tokens=0)
-    with pytest.raises(ValueError, match="threads"):
-        NativeScorer(trained_model, threads=0)
 
 
 def test_a_token_outside_the_tables_is_an_error_not_a_read_out_of_bounds(trained_model):
@@ -165,21 +106,6 @@ def test_a_token_outside_the_tables_is_an_error_not_a_read_out_of_bounds(trained
     batch.positions[-1] = 10_000
     with pytest.raises(RuntimeError, match=f"token {batch.num_tokens - 1}'s position"):
         scorer._run(batch)
-
-
-def test_non_bert_encoders_are_refused(pairs, tmp_path):
-    from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
-
-    from orchrm.encoders import train_wordpiece
-
-    tok = train_wordpiece(list(pairs["prompt"]), vocab_size=200)
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                            sep_token="[SEP]").save_pretrained(tmp_path)
-    DistilBertModel(DistilBertConfig(vocab_size=tok.get_vocab_size(), dim=16, n_layers=1, n_heads=2, hidden_dim=32,
-                                     max_position_embeddings=128)).save_pretrained(tmp_path)
-    model = BradleyTerryModel(encoder=str(tmp_path), architecture="joint", max_length=96)
-    with pytest.raises(ConfigError, match="supports BERT-family encoders.*model.score"):
-        NativeScorer(model)
 
 
 def test_the_library_is_built_once_per_machine_and_reused(trained_model, fresh_library, monkeypatch, tmp_path):

@@ -1,4 +1,5 @@
-"""ONNX Runtime scoring: the same rewards as ``model.score``, whatever the chunking, for every layout."""
+"""ONNX Runtime scoring: the same rewards as ``model.score`` for every layout and attention graph; the
+contract both CPU scorers keep is tested in test_cpu_scorers."""
 
 from __future__ import annotations
 
@@ -7,21 +8,13 @@ import pytest
 import torch
 
 from orchrm import BradleyTerryModel
-from orchrm.errors import ConfigError
 
 pytest.importorskip("onnxruntime", reason="the 'onnx' extra is not installed")
 
 from orchrm import onnxrt  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, graph_inputs  # noqa: E402
 
-LONG_PLAN = "\n".join(f'<agent id="a{i}" type="CoT" model="small"/>' for i in range(1, 40))
-
-
-def _texts(pairs, n: int = 12) -> tuple[list[str], list[str]]:
-    rows = pairs.iloc[:n]
-    prompts = list(rows["prompt"]) + [rows["prompt"].iloc[0] * 6]  # one prompt beyond prompt_length
-    actions = list(rows["chosen"]) + [LONG_PLAN]  # one action beyond max_length
-    return prompts, actions
+from ._scoring_helpers import texts as _texts  # noqa: E402
 
 
 @pytest.fixture(params=["dense when short", "rows always"])
@@ -74,33 +67,6 @@ def _first_layer_logits(model, prompt: str, actions: list[str]) -> torch.Tensor:
         att = bert.encoder.layer[0].attention.self
         q, k = (proj(x).view(len(x), heads, -1).transpose(0, 1) for proj in (att.query, att.key))
         return q @ k.transpose(1, 2) / q.shape[-1] ** 0.5
-
-
-def test_trained_model_and_normalized_rewards_match(trained_model, pairs):
-    prompts, actions = _texts(pairs, 20)
-    trained_model.reward_mean, trained_model.reward_std = 0.3, 2.0
-    try:
-        scorer = OnnxScorer(trained_model)
-        for normalize in (False, True):
-            torch.testing.assert_close(
-                scorer.score(prompts, actions, normalize=normalize),
-                trained_model.score(prompts, actions, normalize=normalize),
-                rtol=0,
-                atol=1e-5,
-            )
-    finally:
-        trained_model.reward_mean, trained_model.reward_std = 0.0, 1.0
-
-
-def test_chunking_does_not_change_a_reward(trained_model, pairs):
-    prompts, actions = _texts(pairs, 20)
-    whole = OnnxScorer(trained_model, max_tokens=100_000)
-    tiny = OnnxScorer(trained_model, max_tokens=1)  # one action per chunk
-    middle = OnnxScorer(trained_model, max_tokens=120)
-    assert len(trained_model.scoring_texts(prompts, actions).chunks(middle.model_config, middle.max_tokens)) > 2
-    ref = whole.score(prompts, actions)
-    torch.testing.assert_close(tiny.score(prompts, actions), ref, rtol=0, atol=1e-5)
-    torch.testing.assert_close(middle.score(prompts, actions), ref, rtol=0, atol=1e-5)
 
 
 def test_a_query_that_sees_no_key_gives_finite_rewards_and_leaves_the_others_alone(trained_model):
@@ -163,57 +129,3 @@ def test_minilm_matches(pairs, attention):
     model = BradleyTerryModel(encoder="minilm", max_length=128, dropout=0.0)
     prompts, actions = _texts(pairs, 6)
     torch.testing.assert_close(OnnxScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
-
-
-def test_the_scorer_keeps_the_weights_it_was_built_with(pairs, tiny_model_kwargs):
-    model = BradleyTerryModel(**tiny_model_kwargs)
-    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]))
-    prompts, actions = _texts(pairs, 4)
-    scorer = OnnxScorer(model)
-    before = scorer.score(prompts, actions)
-    with torch.no_grad():
-        model.head[-1].bias.add_(1.0)
-    assert torch.equal(scorer.score(prompts, actions), before)
-    torch.testing.assert_close(OnnxScorer(model).score(prompts, actions), before + 1.0, rtol=0, atol=1e-5)
-
-
-def test_the_scorer_is_built_from_the_weights_as_they_are_now(pairs, tiny_model_kwargs):
-    """Weights changed where no version counter sees it (``.data``), the scorer then built without
-    gradients (or on a frozen encoder): its graph still gets the current query/key/value weights."""
-    model = BradleyTerryModel(**tiny_model_kwargs)
-    model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]))
-    prompts, actions = _texts(pairs, 6)
-    before = model.score(prompts, actions)
-    for p in model.encoder.parameters():
-        p.data.mul_(1.5)
-    with torch.no_grad():
-        scorer = OnnxScorer(model)
-    now = model.score(prompts, actions)
-    assert (now - before).abs().max() > 1e-3
-    torch.testing.assert_close(scorer.score(prompts, actions), now, rtol=0, atol=1e-5)
-
-
-def test_bad_calls_say_what_is_wrong(trained_model, tiny_model_kwargs):
-    scorer = OnnxScorer(trained_model)
-    assert scorer.score("q", []).shape == (0,)
-    with pytest.raises(ValueError, match="2 prompts for 1 actions"):
-        scorer.score(["a", "b"], ["x"])
-    with pytest.raises(ConfigError, match="no tokenizer yet"):
-        OnnxScorer(BradleyTerryModel(**tiny_model_kwargs))
-    with pytest.raises(ValueError, match="max_tokens"):
-        OnnxScorer(trained_model, max_tokens=0)
-
-
-def test_non_bert_encoders_are_refused(pairs, tmp_path):
-    from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
-
-    from orchrm.encoders import train_wordpiece
-
-    tok = train_wordpiece(list(pairs["prompt"]), vocab_size=200)
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                            sep_token="[SEP]").save_pretrained(tmp_path)
-    DistilBertModel(DistilBertConfig(vocab_size=tok.get_vocab_size(), dim=16, n_layers=1, n_heads=2, hidden_dim=32,
-                                     max_position_embeddings=128)).save_pretrained(tmp_path)
-    model = BradleyTerryModel(encoder=str(tmp_path), architecture="joint", max_length=96)
-    with pytest.raises(ConfigError, match="supports BERT-family encoders.*model.score"):
-        OnnxScorer(model)

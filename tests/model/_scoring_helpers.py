@@ -1,0 +1,12 @@
+"""Inputs shared by the CPU scorers' tests: texts past the prompt budget and past max_length."""
+
+from __future__ import annotations
+
+LONG_PLAN = "\n".join(f'<agent id="a{i}" type="CoT" model="small"/>' for i in range(1, 40))
+
+
+def texts(pairs, n: int = 12) -> tuple[list[str], list[str]]:
+    """``n`` (prompt, chosen plan) rows of ``pairs``, then one prompt beyond prompt_length with one
+    action beyond max_length."""
+    rows = pairs.iloc[:n]
+    return list(rows["prompt"]) + [rows["prompt"].iloc[0] * 6], list(rows["chosen"]) + [LONG_PLAN]
