@@ -197,7 +197,7 @@ def library() -> ctypes.CDLL:
 def load(path: Path) -> ctypes.CDLL:
     """The library at ``path`` (built by :func:`_build`), its functions' signatures declared."""
     lib = ctypes.CDLL(str(path))
-    f32, i32, i64 = (ctypes.POINTER(t) for t in (ctypes.c_float, ctypes.c_int, ctypes.c_int64))
+    f32, i32 = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int)
     c_int, c_float, ptr = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
     lib.orm_new.restype = ptr
     lib.orm_new.argtypes = [c_int] * 6
@@ -206,7 +206,8 @@ def load(path: Path) -> ctypes.CDLL:
     lib.orm_set_embeddings.argtypes = [ptr, f32, c_int, f32, c_int, f32, c_int, f32, f32, c_float]
     lib.orm_set_layer.argtypes = [ptr, c_int, f32, f32, f32, f32, f32, f32, c_float, f32, f32, f32, f32, f32, f32, c_float]
     lib.orm_set_head.argtypes = [ptr, f32, f32, f32, c_float]
-    lib.orm_score.argtypes = [ptr, c_int, i64, i64, i64, c_int, i32, c_int, i32, c_int, f32, i32]
+    # addresses (NativeScorer._run passes arrays of the right types; a typed pointer costs 5 us each)
+    lib.orm_score.argtypes = [ptr, c_int, ptr, ptr, ptr, c_int, ptr, c_int, ptr, c_int, ptr, i32]
     lib.orm_profile.argtypes = [ptr, c_int, ctypes.POINTER(ctypes.c_double)]
     lib.orm_profile.restype = None
     for name in ("orm_set_embeddings", "orm_set_layer", "orm_set_head", "orm_score"):
@@ -312,9 +313,9 @@ class NativeScorer:
         out = np.empty(batch.num_actions, dtype=np.float32)
         bad = ctypes.c_int(-1)
         rc = self._lib.orm_score(
-            self._handle, batch.num_tokens, _ptr(ids, ctypes.c_int64), _ptr(positions, ctypes.c_int64),
-            _ptr(segments, ctypes.c_int64), len(blocks), _ptr(blocks, ctypes.c_int), batch.num_actions,
-            _ptr(pool, ctypes.c_int), self.threads, _ptr(out), ctypes.byref(bad),
+            self._handle, batch.num_tokens, ids.ctypes.data, positions.ctypes.data, segments.ctypes.data,
+            len(blocks), blocks.ctypes.data, batch.num_actions, pool.ctypes.data, self.threads, out.ctypes.data,
+            ctypes.byref(bad),
         )
         self._check(rc, "scoring", bad.value)
         return out

@@ -214,11 +214,9 @@ def _call(scorer, t: int, blocks: list[tuple[int, ...]]) -> int:
     ids, positions, segments = np.full(t, 5, dtype=np.int64), np.arange(t, dtype=np.int64), np.zeros(t, dtype=np.int64)
     block_array, pool = np.array(blocks, dtype=np.int32), np.array([[0, t]], dtype=np.int32)
     out, bad = np.zeros(1, dtype=np.float32), ctypes.c_int(-1)
-    ptr = lambda a, kind: a.ctypes.data_as(ctypes.POINTER(kind))  # noqa: E731
     return scorer._lib.orm_score(
-        scorer._handle, t, ptr(ids, ctypes.c_int64), ptr(positions, ctypes.c_int64), ptr(segments, ctypes.c_int64),
-        len(block_array), ptr(block_array, ctypes.c_int), 1, ptr(pool, ctypes.c_int), 1, ptr(out, ctypes.c_float),
-        ctypes.byref(bad),
+        scorer._handle, t, ids.ctypes.data, positions.ctypes.data, segments.ctypes.data, len(block_array),
+        block_array.ctypes.data, 1, pool.ctypes.data, 1, out.ctypes.data, ctypes.byref(bad),
     )
 
 
