@@ -66,6 +66,14 @@ def sandbox_tasks(tasks_per_domain: int, plans: int, seed: int) -> list[tuple[st
     return out
 
 
+def default_model(cases: list[tuple[str, list[str]]]) -> BradleyTerryModel:
+    """The default model (scratch 256x3, ``shared_prompt``), its tokenizer fitted on ``cases``'
+    texts, in eval mode: the model the latency benchmark and the two profiles time."""
+    model = BradleyTerryModel()
+    model.fit_tokenizer([q for q, _ in cases] + [p for _, plans in cases for p in plans])
+    return model.eval()
+
+
 def batch_flops(model: BradleyTerryModel, batch: TokenBatch) -> float:
     """Multiply-add FLOPs (x2) of one forward pass over ``batch``, from the real token counts."""
     cfg = model.encoder.config
@@ -250,8 +258,7 @@ def main() -> int:
     texts = [q for q, _ in cases] + [p for _, ps in cases for p in ps]
     print(f"{len(cases)} sandbox tasks with 8 plans", file=sys.stderr)
 
-    default = BradleyTerryModel()  # scratch, shared_prompt, 256 wide, 3 layers: the default model
-    default.fit_tokenizer(texts)
+    default = default_model(cases)
     joint = BradleyTerryModel(architecture="joint")
     joint.fit_tokenizer(texts)
     minilm = BradleyTerryModel(encoder="minilm", dropout=0.0)

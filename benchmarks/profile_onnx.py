@@ -29,11 +29,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
-from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, graph_inputs, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import batch_flops, matmul_rates, sandbox_tasks  # noqa: E402
+from bench_latency import batch_flops, default_model, matmul_rates, sandbox_tasks  # noqa: E402
 from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -59,9 +58,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
 
     cases = [(q, plans) for _, q, plans in sandbox_tasks(args.tasks, 8, args.seed)]
-    model = BradleyTerryModel()  # the default model, as bench_latency builds it
-    model.fit_tokenizer([q for q, _ in cases] + [p for _, ps in cases for p in ps])
-    model.eval()
+    model = default_model(cases)
     scorer = OnnxScorer(model, threads=args.threads)
 
     packed = [model.pack(model.tokenize([q]), model.tokenize(plans), [0] * len(plans)) for q, plans in cases]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
@@ -124,6 +125,43 @@ class ScoringTexts:
         return self.packer(
             [self.prompt_ids[j] for j in local], [self.action_ids[i] for i in chunk], [local[self.which[i]] for i in chunk]
         )
+
+
+class ChunkScorer:
+    """What the CPU scorers (:class:`orchrm.onnxrt.OnnxScorer`, :class:`orchrm.native.NativeScorer`)
+    share: their settings, checked, and :meth:`score`, which cuts a call into chunks of at most
+    ``max_tokens`` packed tokens and hands each to the subclass's ``_run`` (rewards of one chunk).
+
+    ``threads``: the runtime's threads (default: ``torch.get_num_threads()``). The model's config,
+    tokenizer and reward statistics are taken as they are now.
+    """
+
+    def __init__(self, model: BradleyTerryModel, *, threads: int | None, max_tokens: int) -> None:
+        if not model.fitted:
+            raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        threads = torch.get_num_threads() if threads is None else threads
+        if threads < 1:
+            raise ValueError("threads must be >= 1")
+        self.model_config = model.config
+        self.max_tokens = max_tokens
+        self.threads = threads
+        self._scoring_texts = model.scoring_texts
+        self.reward_mean = model.reward_mean
+        self.reward_std = model.reward_std
+
+    def _run(self, batch: TokenBatch) -> np.ndarray:
+        raise NotImplementedError
+
+    def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
+        """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
+        texts = self._scoring_texts(prompts, actions)
+        if texts is None:
+            return torch.zeros(0)
+        out = [self._run(texts.pack(chunk)) for chunk in texts.chunks(self.model_config, self.max_tokens)]
+        rewards = torch.from_numpy(np.concatenate(out))
+        return (rewards - self.reward_mean) / self.reward_std if normalize else rewards
 
 
 @contextlib.contextmanager

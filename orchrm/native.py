@@ -34,7 +34,6 @@ import subprocess
 import tempfile
 import threading
 import weakref
-from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from torch import Tensor
 
 from orchrm import encoders
 from orchrm.errors import ConfigError
-from orchrm.model import BradleyTerryModel
+from orchrm.model import BradleyTerryModel, ChunkScorer
 
 #: a chunk holds at most this many tokens (unless one action alone is longer)
 DEFAULT_MAX_TOKENS = 512
@@ -224,7 +223,7 @@ def _ptr(a: np.ndarray, kind=ctypes.c_float):
     return a.ctypes.data_as(ctypes.POINTER(kind))
 
 
-class NativeScorer:
+class NativeScorer(ChunkScorer):
     """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through one compiled call per chunk.
 
     ``threads``: MKL's threads for the matrix products (default: ``torch.get_num_threads()``);
@@ -240,23 +239,11 @@ class NativeScorer:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         lib: ctypes.CDLL | None = None,
     ) -> None:
-        if not model.fitted:
-            raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
         bert = model.encoder
         act = encoders.scorer_activation(bert, _ACTIVATIONS, "NativeScorer")
         cfg = bert.config
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        threads = torch.get_num_threads() if threads is None else threads
-        if threads < 1:
-            raise ValueError("threads must be >= 1")
+        super().__init__(model, threads=threads, max_tokens=max_tokens)
         lib = library() if lib is None else lib
-        self.model_config = model.config
-        self.max_tokens = max_tokens
-        self.threads = threads
-        self._scoring_texts = model.scoring_texts
-        self.reward_mean = model.reward_mean
-        self.reward_std = model.reward_std
         head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
         width, heads = cfg.hidden_size, cfg.num_attention_heads
         handle = lib.orm_new(width, heads, len(bert.encoder.layer), cfg.intermediate_size, head[0].out_features, act)
@@ -332,11 +319,3 @@ class NativeScorer:
         chunks = out[len(PHASES)]
         return {**{p: 1e3 * out[i] / chunks if chunks else 0.0 for i, p in enumerate(PHASES)}, "chunks": chunks}
 
-    def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
-        """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
-        texts = self._scoring_texts(prompts, actions)
-        if texts is None:
-            return torch.zeros(0)
-        out = [self._run(texts.pack(chunk)) for chunk in texts.chunks(self.model_config, self.max_tokens)]
-        rewards = torch.from_numpy(np.concatenate(out))
-        return (rewards - self.reward_mean) / self.reward_std if normalize else rewards

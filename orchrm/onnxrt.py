@@ -31,7 +31,6 @@ Needs the ``onnx`` extra (``pip install 'orchrm[onnx]'``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -40,7 +39,7 @@ from torch import Tensor
 
 from orchrm import encoders
 from orchrm.errors import ConfigError
-from orchrm.model import BradleyTerryModel
+from orchrm.model import BradleyTerryModel, ChunkScorer
 
 #: ONNX opset of the graph (Gelu is a standard operator from 20 on)
 OPSET = 20
@@ -327,7 +326,7 @@ def session_options(threads: int, *, spinning: bool = False):
     return options
 
 
-class OnnxScorer:
+class OnnxScorer(ChunkScorer):
     """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through ONNX Runtime on the CPU.
 
     ``threads``: ONNX Runtime's intra-op threads (default: ``torch.get_num_threads()``).
@@ -348,20 +347,8 @@ class OnnxScorer:
         spinning: bool = False,
     ) -> None:
         _import_onnx()  # without the extra, fail here, naming it
-        if not model.fitted:
-            raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        threads = torch.get_num_threads() if threads is None else threads
-        if threads < 1:
-            raise ValueError("threads must be >= 1")
-        self.model_config = model.config
-        self.max_tokens = max_tokens
-        self.threads = threads
-        self._scoring_texts = model.scoring_texts
-        self.reward_mean = model.reward_mean
-        self.reward_std = model.reward_std
-        self._options = session_options(threads, spinning=spinning)
+        super().__init__(model, threads=threads, max_tokens=max_tokens)
+        self._options = session_options(self.threads, spinning=spinning)
         #: the graphs (weights copied now), by ``dense``: row-wise always, dense for ``shared_prompt``
         self.graphs = {False: build_graph(model, dense=False)}
         if model.shared_prompt:
@@ -381,15 +368,7 @@ class OnnxScorer:
             )
         return self._sessions[dense]
 
-    def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
-        """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
-        texts = self._scoring_texts(prompts, actions)
-        if texts is None:
-            return torch.zeros(0)
-        out = []
-        for chunk in texts.chunks(self.model_config, self.max_tokens):
-            batch = texts.pack(chunk)
-            dense = self.dense_for(batch)
-            out.append(self.session(dense=dense).run(None, graph_inputs(batch, dense=dense))[0])
-        rewards = torch.from_numpy(np.concatenate(out))
-        return (rewards - self.reward_mean) / self.reward_std if normalize else rewards
+    def _run(self, batch: encoders.TokenBatch) -> np.ndarray:
+        """The rewards of one packed chunk, through the dense graph or the row-wise one."""
+        dense = self.dense_for(batch)
+        return self.session(dense=dense).run(None, graph_inputs(batch, dense=dense))[0]
