@@ -127,6 +127,10 @@ class ScoringTexts:
         )
 
 
+#: a CPU scorer's chunk holds at most this many tokens (unless one action alone is longer)
+DEFAULT_MAX_TOKENS = 512
+
+
 class ChunkScorer:
     """What the CPU scorers (:class:`orchrm.onnxrt.OnnxScorer`, :class:`orchrm.native.NativeScorer`)
     share: their settings, checked, and :meth:`score`, which cuts a call into chunks of at most

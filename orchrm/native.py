@@ -43,10 +43,8 @@ from torch import Tensor
 
 from orchrm import encoders
 from orchrm.errors import ConfigError
-from orchrm.model import BradleyTerryModel, ChunkScorer
+from orchrm.model import DEFAULT_MAX_TOKENS, BradleyTerryModel, ChunkScorer
 
-#: a chunk holds at most this many tokens (unless one action alone is longer)
-DEFAULT_MAX_TOKENS = 512
 #: ``transformers`` activation -> the C code's
 _ACTIVATIONS = {"gelu": 0, "gelu_new": 1, "gelu_pytorch_tanh": 1, "relu": 2}
 _FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared"]
@@ -252,13 +250,13 @@ class NativeScorer(ChunkScorer):
         self._lib, self._handle = lib, handle
         self._finalizer = weakref.finalize(self, lib.orm_free, handle)
         with torch.no_grad():
-            self._load_weights(model, width // heads)
+            self._load_weights(model, width // heads, head)
 
     def _check(self, rc: int, what: str, bad: int = -1) -> None:
         if rc:
             raise RuntimeError(f"NativeScorer: {what}: {_ERRORS.get(rc, f'error {rc}').format(bad=bad)}")
 
-    def _load_weights(self, model: BradleyTerryModel, head_dim: int) -> None:
+    def _load_weights(self, model: BradleyTerryModel, head_dim: int, head: list[torch.nn.Linear]) -> None:
         lib, handle, bert = self._lib, self._handle, model.encoder
         emb = bert.embeddings
         word, pos, types = (_floats(t.weight) for t in (emb.word_embeddings, emb.position_embeddings, emb.token_type_embeddings))
@@ -274,7 +272,6 @@ class NativeScorer(ChunkScorer):
                                            ffn.dense.bias, ffn.LayerNorm.weight, ffn.LayerNorm.bias)]
             p = [_ptr(a) for a in arrays]
             self._check(lib.orm_set_layer(handle, i, *p[:6], float(out.LayerNorm.eps), *p[6:], float(ffn.LayerNorm.eps)), f"layer {i}")
-        head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
         w1, b1, w2 = _floats(head[0].weight), _floats(head[0].bias), _floats(head[1].weight).reshape(-1)
         self._check(lib.orm_set_head(handle, _ptr(w1), _ptr(b1), _ptr(w2), float(head[1].bias.item())), "head")
 

@@ -481,8 +481,8 @@ typedef struct {
 
 /* The groups of n_blocks blocks (q0, q1, a0, a1, b0, b1), their rows listed in order (t ints) */
 static int group_rows(const int *blocks, int n_blocks, group_t *groups, int *order) {
-    int n_groups = 0;
-    int *of_block = order; /* scratch: the group of each block, overwritten below once used */
+    int n_groups = 0, *of_block = malloc((size_t)n_blocks * sizeof(int));
+    if (!of_block) return -1;
     for (int b = 0; b < n_blocks; b++) {
         const int *r = blocks + 6 * b;
         int g = 0;
@@ -492,18 +492,12 @@ static int group_rows(const int *blocks, int n_blocks, group_t *groups, int *ord
         of_block[b] = g;
     }
     for (int g = 0, first = 0; g < n_groups; first += groups[g++].n) groups[g].first = first;
-    int *fill = malloc((size_t)(n_groups + 1) * sizeof(int)), *which = malloc((size_t)(n_blocks + 1) * sizeof(int));
-    if (!fill || !which) {
-        free(fill);
-        free(which);
-        return -1;
+    for (int g = 0; g < n_groups; g++) groups[g].n = 0; /* counted again as the rows are listed */
+    for (int b = 0; b < n_blocks; b++) {
+        group_t *G = &groups[of_block[b]];
+        for (int i = blocks[6 * b]; i < blocks[6 * b + 1]; i++) order[G->first + G->n++] = i;
     }
-    memcpy(which, of_block, (size_t)n_blocks * sizeof(int));
-    for (int g = 0; g < n_groups; g++) fill[g] = groups[g].first;
-    for (int b = 0; b < n_blocks; b++)
-        for (int i = blocks[6 * b]; i < blocks[6 * b + 1]; i++) order[fill[which[b]]++] = i;
-    free(fill);
-    free(which);
+    free(of_block);
     return n_groups;
 }
 
@@ -552,10 +546,12 @@ static inline __attribute__((always_inline)) void attend_head(const float *restr
                 else
                     score_tile16(qr, kt, stride, B[4] + j, d, sr);
             }
+        const int nb = B[5] - B[4];
         for (int i = q0; i < q1; i++) {
             float *row = s + (size_t)i * sw;
-            for (int j = na; j < at; j++) row[j] = -3.402823466e38f; /* between the two ranges: no weight */
-            softmax(row, at + B[5] - B[4]);
+            if (nb)
+                for (int j = na; j < at; j++) row[j] = -3.402823466e38f; /* between the two ranges: no weight */
+            softmax(row, nb ? at + nb : na);
         }
     }
     for (int c = 0; c < d; c += 64) { /* 64 columns at a time: ROWS x 4 accumulators */
@@ -657,7 +653,7 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
           *hidden = malloc((size_t)actions * m->head_hidden * sizeof(float));
     int rc = ERR_MEMORY;
     group_t *groups = malloc((size_t)n_blocks * sizeof(group_t));
-    int *order = malloc((size_t)(t > n_blocks ? t : n_blocks) * sizeof(int)), n_groups = 0;
+    int *order = malloc((size_t)t * sizeof(int)), n_groups = 0;
     if (!h || !ctx || !big || !tmp || !kt || !s || !spare || !pooled || !hidden || !groups || !order ||
         (n_groups = group_rows(blocks, n_blocks, groups, order)) < 0)
         goto done;

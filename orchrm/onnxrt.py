@@ -39,14 +39,12 @@ from torch import Tensor
 
 from orchrm import encoders
 from orchrm.errors import ConfigError
-from orchrm.model import BradleyTerryModel, ChunkScorer
+from orchrm.model import DEFAULT_MAX_TOKENS, BradleyTerryModel, ChunkScorer
 
 #: ONNX opset of the graph (Gelu is a standard operator from 20 on)
 OPSET = 20
 #: ONNX Runtime's own operators (FusedMatMul: a batched matmul that reads transposed layouts)
 _CONTRIB = "com.microsoft"
-#: a chunk holds at most this many tokens (unless one action alone is longer)
-DEFAULT_MAX_TOKENS = 512
 #: a ``shared_prompt`` chunk of at most this many tokens attends densely (one (T, T) mask, the
 #: fewest operators); a longer one in padded rows, where T² scores cost more than the extra
 #: operators. In ``benchmarks/results/ab_onnx.md``, rows always (``--dense-max-tokens 0``) timed

@@ -14,7 +14,7 @@ from orchrm import BradleyTerryModel, native
 from orchrm.errors import ConfigError
 from orchrm.native import NativeScorer
 
-from ._scoring_helpers import LONG_PLAN
+from ._scoring_helpers import LONG_PLAN, sharpen_attention
 from ._scoring_helpers import texts as _texts
 
 if not torch.backends.mkl.is_available():
@@ -73,11 +73,7 @@ def test_sharp_attention_matches(pairs, tiny_model_kwargs):
     # attention logits spread over hundreds: the softmax must not overflow, underflow into NaN or
     # take a denormal path that changes the result
     model = _fitted(pairs, **tiny_model_kwargs)
-    with torch.no_grad():
-        for layer in model.encoder.encoder.layer:
-            for projection in (layer.attention.self.query, layer.attention.self.key):
-                projection.weight.mul_(300.0)
-                projection.bias.mul_(300.0)
+    sharpen_attention(model)
     prompts, actions = _texts(pairs)
     got = NativeScorer(model).score(prompts, actions)
     assert torch.isfinite(got).all()

@@ -14,6 +14,7 @@ pytest.importorskip("onnxruntime", reason="the 'onnx' extra is not installed")
 from orchrm import onnxrt  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, graph_inputs  # noqa: E402
 
+from ._scoring_helpers import sharpen_attention  # noqa: E402
 from ._scoring_helpers import texts as _texts  # noqa: E402
 
 
@@ -43,11 +44,7 @@ def test_sharp_attention_matches_and_never_sees_masked_keys(pairs, tiny_model_kw
     # overall maximum would underflow; the masked softmax must still match PyTorch, with no NaN
     model = BradleyTerryModel(**{**tiny_model_kwargs, "architecture": architecture})
     model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + list(pairs["rejected"]))
-    with torch.no_grad():
-        for layer in model.encoder.encoder.layer:
-            for projection in (layer.attention.self.query, layer.attention.self.key):
-                projection.weight.mul_(300.0)
-                projection.bias.mul_(300.0)
+    sharpen_attention(model)
     prompts, actions = _texts(pairs)
     logits = _first_layer_logits(model, prompts[0], actions[:8])
     assert logits.max() - logits.min() > 500  # the premise: exp() of most differences underflows
