@@ -8,7 +8,7 @@ and repetitions, end to end (tokenizing included). Beside it, the *compute limit
 work: the forward pass's FLOPs (counted from the real token counts: linear layers 2 * tokens * in
 * out, attention 2 * 2 * Lq * Lk * width per row, the head) divided by the rate this machine
 reaches on a large fp32 matmul (1024 x 1024, the fastest of the installed kernels: MKL, oneDNN,
-MLAS), measured in the same run. On a shared machine the load changes under us, so the rate is
+MLAS, and oneDNN's brgemm as NativeScorer runs it), measured in the same run. On a shared machine the load changes under us, so the rate is
 sampled again before every round of calls and each call's ratio uses its round's rate; the
 reported ratio is the median of the per-call ratios. Targets (issue 4): within 1.3x of the
 limit, and at most 30 ms for the default model.
@@ -37,7 +37,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from orchrm import BradleyTerryModel  # noqa: E402
+from orchrm import BradleyTerryModel, native  # noqa: E402
 from orchrm.encoders import TokenBatch  # noqa: E402
 from orchrm.errors import ConfigError  # noqa: E402
 from orchrm.native import NativeScorer  # noqa: E402
@@ -125,9 +125,10 @@ def matmul_rates(n: int = 1024, reps: int = 3) -> dict[str, float]:
     """FLOP/s of an n x n fp32 matmul on this machine right now, best of ``reps``, by kernel.
 
     Every fp32 matmul kernel installed here that the runtimes use: MKL (``torch.matmul``), oneDNN
-    (PyTorch's other CPU backend, weights prepacked) and MLAS (ONNX Runtime's). They differ by
-    machine (on some CPUs oneDNN runs 10% faster than the other two), and the machine's limit is
-    the fastest of them, not the one a runtime happens to call.
+    (PyTorch's other CPU backend, weights prepacked), MLAS (ONNX Runtime's) and oneDNN's brgemm
+    micro-kernel as NativeScorer runs it. They differ by machine (on some CPUs oneDNN runs 10%
+    faster than MKL), and the machine's limit is the fastest of them, not the one a runtime
+    happens to call.
     """
     a, b = torch.randn(n, n), torch.randn(n, n)
     kernels: dict[str, Callable[[Tensor], object]] = {"MKL": lambda x: x @ b, "MLAS": _mlas_matmul(b)}
@@ -144,7 +145,21 @@ def matmul_rates(n: int = 1024, reps: int = 3) -> dict[str, float]:
                 matmul(a)
                 best = min(best, time.perf_counter() - t)
             rates[name] = 2 * n**3 / best
+    brgemm = _brgemm_ms(n, reps)
+    if brgemm is not None:
+        rates["oneDNN brgemm"] = 2 * n**3 / (brgemm / 1e3)
     return rates
+
+
+def _brgemm_ms(n: int, reps: int) -> float | None:
+    """oneDNN's brgemm micro-kernel on an n x n matmul as NativeScorer runs it (weights in panels),
+    best of ``reps``; None where NativeScorer cannot run here (no C compiler, or no such kernel)."""
+    try:
+        if not native.library().orm_gemm_available(native.GEMMS.index("onednn")):
+            return None
+    except ConfigError:
+        return None
+    return native.matmul_ms("onednn", n, threads=torch.get_num_threads(), reps=reps)
 
 
 def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int,
@@ -284,8 +299,11 @@ def main() -> int:
             scorer = OnnxScorer(model, threads=threads, spinning=args.spinning)
             scorers = {TORCH: model.score, ONNX: scorer.score}
             if native_missing is None:
-                scorers[NATIVE] = NativeScorer(model, threads=threads).score
+                native = NativeScorer(model, threads=threads)  # gemm="auto": the faster matrix kernel here
+                scorers[NATIVE] = native.score
             results = measure(model, run_cases, rounds=args.rounds, scorers=scorers)
+            if native_missing is None:
+                results[NATIVE]["gemm"], results[NATIVE]["gemm_times_ms"] = native.gemm, native.gemm_times
             del scorer, scorers  # ONNX Runtime's threads go with its scorer
             if model is default and note.startswith("sandbox"):
                 results[TORCH]["matmuls_only_ms"] = linear_floor(model, run_cases, rounds=args.rounds)["p50_ms"]
@@ -319,10 +337,11 @@ def main() -> int:
         "# Scoring latency: 8 candidate plans of one task (CPU, fp32)",
         "",
         "`model.score(question, plans)` (PyTorch), `OnnxScorer(model).score(question, plans)` (ONNX Runtime) and "
-        "`NativeScorer(model).score(question, plans)` (the compiled forward pass on MKL) "
+        "`NativeScorer(model).score(question, plans)` (the compiled forward pass; its linear layers on MKL or oneDNN's brgemm, "
+        "whichever timed faster when the scorer was built) "
         f"end to end (tokenizing included), p50 over {len(cases)} sandbox tasks "
         f"x {args.rounds} rounds. Limit = the forward pass's FLOPs (real tokens) / the rate of a 1024x1024 fp32 "
-        "matmul, the fastest of the installed kernels (MKL, oneDNN, MLAS), timed before each round of calls, with the same thread count (the runtimes take turns round by round, after the same sample, their order reversed every round); ratio = median of per-call latency / "
+        "matmul, the fastest of the installed kernels (MKL, oneDNN, MLAS, oneDNN's brgemm as NativeScorer runs it), timed before each round of calls, with the same thread count (the runtimes take turns round by round, after the same sample, their order reversed every round); ratio = median of per-call latency / "
         f"limit. Machine: {os.cpu_count()} CPUs ({cpu_model()}), shared with other jobs (load average at the end "
         f"{os.getloadavg()[0]:.1f}).",
         "",
@@ -335,6 +354,11 @@ def main() -> int:
                      f"{min(r['ratio_by_round']):.2f}-{max(r['ratio_by_round']):.2f} |")
     if native_missing:
         lines += ["", f"NativeScorer not timed: {native_missing}"]
+    else:
+        lines += ["", "NativeScorer's matrix kernel, as `gemm=\"auto\"` chose it (one layer's products timed when the scorer was built, ms):", ""]
+        lines += [f"- {r['threads']} thread(s), {r['model']}, {r['inputs']}: {r['gemm']} ("
+                  + ", ".join(f"{k} {v:.2f}" for k, v in r["gemm_times_ms"].items()) + ")"
+                  for r in rows if r["runtime"] == NATIVE]
     lines += ["", "The 1024x1024 fp32 matmul by kernel, median GFLOP/s over the default model's rounds:", ""]
     for r in rows:
         if r["model"].startswith("default") and r["runtime"] == TORCH:

@@ -27,12 +27,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from orchrm.errors import ConfigError  # noqa: E402
-from orchrm.native import PHASES, NativeScorer  # noqa: E402
+from orchrm.native import GEMMS, PHASES, NativeScorer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency import batch_flops, default_model, matmul_rates, sandbox_tasks  # noqa: E402
 from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
 
+#: the kernels by NativeScorer's names for them
+KERNELS = {"mkl": "MKL (weights packed for it)", "onednn": "oneDNN's brgemm (weights in panels)"}
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -40,7 +42,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=6, help="tasks per domain (default 6)")
     ap.add_argument("--rounds", type=int, default=4, help="passes over the tasks (default 4)")
-    ap.add_argument("--threads", type=int, default=1, help="MKL threads for the linear layers (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="threads for the linear layers (default 1)")
+    ap.add_argument("--gemm", choices=[*GEMMS, "auto"], default="auto",
+                    help="the linear layers' matrix kernel (default auto: the faster here, timed when the scorer is built)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -50,7 +54,7 @@ def main() -> int:
     cases = [(q, plans) for _, q, plans in sandbox_tasks(args.tasks, 8, args.seed)]
     model = default_model(cases)
     try:
-        scorer = NativeScorer(model, threads=args.threads)
+        scorer = NativeScorer(model, threads=args.threads, gemm=args.gemm)
     except ConfigError as exc:  # no MKL in this PyTorch, or no C compiler: nothing to profile here
         print(f"NativeScorer not profiled: {exc}", file=sys.stderr)
         return 0
@@ -82,6 +86,8 @@ def main() -> int:
         "benchmark": "phase profile of NativeScorer, default model, 8 plans of one task",
         "machine": machine(torch=torch.__version__),
         "threads": args.threads,
+        "gemm": scorer.gemm,
+        "gemm_times_ms": scorer.gemm_times,
         "calls": len(calls),
         "matmul_rate_gflops": [r / 1e9 for r in rates],
         "matmul_gflops_by_kernel": by_kernel,
@@ -96,17 +102,20 @@ def main() -> int:
         "# Where NativeScorer's time goes (default model, 8 plans of one task)",
         "",
         f"Its phase timers over {len(calls)} calls, {args.threads} thread(s) of a {cpu_model()}; means per call. "
-        f"Whole call: mean {mean_ms:.2f} ms, p50 {p50_ms:.2f} ms; the compute limit of the same work in this run: "
+        f"Whole call: mean {mean_ms:.2f} ms, p50 {p50_ms:.2f} ms ({p50_ms / limit_ms:.2f}x the limit); the compute limit of the same work in this run: "
         f"{limit_ms:.2f} ms (the fastest 1024x1024 fp32 matmul kernel's rate, sampled before and after the calls: "
         f"{rates[0] / 1e9:.0f} and {rates[1] / 1e9:.0f} GFLOP/s; by kernel, mean "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1]))
-        + "; the linear layers run on MKL).",
+        + f"). The linear layers run on {KERNELS[scorer.gemm]}"
+        + (" (chosen by timing one layer's products when the scorer was built: "
+           + ", ".join(f"{KERNELS[k]} {v:.2f} ms" for k, v in scorer.gemm_times.items()) + ")" if scorer.gemm_times else "")
+        + ".",
         "",
         "| phase | ms per call | x the limit |",
         "|---|---:|---:|",
         *(f"| {name} | {ms:.3f} | {ms / limit_ms:.2f} |" for name, ms in rows),
         "",
-        "linear layers: the q/k/v, attention output and feed-forward products (MKL, packed weights); "
+        "linear layers: the q/k/v, attention output and feed-forward products; "
         "bias and keys: the q/k/v bias and the keys transposed for the score tiles; attention: scores, "
         "softmax and the weighted values; activation: the feed-forward's bias and GELU; the rest: "
         "tokenizing, packing and preparing the call in Python, and the call itself.",

@@ -47,7 +47,7 @@ from orchrm.model import DEFAULT_MAX_TOKENS, BradleyTerryModel, ChunkScorer
 
 #: ``transformers`` activation -> the C code's
 _ACTIVATIONS = {"gelu": 0, "gelu_new": 1, "gelu_pytorch_tanh": 1, "relu": 2}
-_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared"]
+_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared"]
 #: the phases :meth:`NativeScorer.profile` reports, in the C code's order
 PHASES = ("embeddings", "linear layers", "bias and keys", "attention", "residual + LayerNorm", "activation", "pooling and head")
 #: the C code's error codes; ``{bad}``: the token, block or action at fault
@@ -59,7 +59,14 @@ _ERRORS = {
     5: "attention block {bad} is malformed",
     6: "action {bad}'s pooled tokens are malformed",
     7: "the model's weights are incomplete",
+    8: "this PyTorch does not carry that matrix kernel",
+    9: "a size or count below 1",
 }
+
+#: the linear layers' matrix kernels, in the C code's order: MKL's packed sgemm, oneDNN's brgemm
+GEMMS = ("mkl", "onednn")
+#: the tokens ``gemm="auto"`` times the kernels on: about one test-time-scaling call (a question and 8 plans)
+AUTO_ROWS = 160
 
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -197,7 +204,10 @@ def load(path: Path) -> ctypes.CDLL:
     f32, i32 = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int)
     c_int, c_float, ptr = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
     lib.orm_new.restype = ptr
-    lib.orm_new.argtypes = [c_int] * 6
+    lib.orm_new.argtypes = [c_int] * 7
+    lib.orm_gemm_available.argtypes = [c_int]
+    lib.orm_time_gemm.argtypes = [c_int] * 5 + [ctypes.POINTER(ctypes.c_double)]
+    lib.orm_time_matmul.argtypes = [c_int] * 4 + [ctypes.POINTER(ctypes.c_double)]
     lib.orm_free.argtypes = [ptr]
     lib.orm_free.restype = None
     lib.orm_set_embeddings.argtypes = [ptr, f32, c_int, f32, c_int, f32, c_int, f32, f32, c_float]
@@ -207,9 +217,35 @@ def load(path: Path) -> ctypes.CDLL:
     lib.orm_score.argtypes = [ptr, c_int, ptr, ptr, ptr, c_int, ptr, c_int, ptr, c_int, ptr, i32]
     lib.orm_profile.argtypes = [ptr, c_int, ctypes.POINTER(ctypes.c_double)]
     lib.orm_profile.restype = None
-    for name in ("orm_set_embeddings", "orm_set_layer", "orm_set_head", "orm_score"):
+    for name in ("orm_set_embeddings", "orm_set_layer", "orm_set_head", "orm_score", "orm_gemm_available", "orm_time_gemm",
+                 "orm_time_matmul"):
         getattr(lib, name).restype = c_int
     return lib
+
+
+def gemm_times(width: int, inter: int, *, rows: int = AUTO_ROWS, threads: int = 1, reps: int = 7,
+               lib: ctypes.CDLL | None = None) -> dict[str, float]:
+    """Median milliseconds of one encoder layer's four matrix products (``width`` wide, a
+    feed-forward ``inter`` wide) on ``rows`` tokens, by kernel (:data:`GEMMS`), on random weights,
+    the kernels taking turns over ``reps`` rounds. A kernel this PyTorch lacks is left out."""
+    lib = library() if lib is None else lib
+    out = (ctypes.c_double * len(GEMMS))()
+    rc = lib.orm_time_gemm(rows, width, inter, threads, reps, out)
+    if rc:
+        raise RuntimeError(f"NativeScorer: timing the matrix kernels ({rows} rows, {width} wide, {inter} inner, "
+                           f"{reps} rounds): {_ERRORS.get(rc, f'error {rc}')}")
+    return {name: out[i] for i, name in enumerate(GEMMS) if not np.isnan(out[i])}
+
+
+def matmul_ms(gemm: str, n: int = 1024, *, threads: int = 1, reps: int = 3, lib: ctypes.CDLL | None = None) -> float:
+    """The fewest milliseconds of ``reps`` (n, n) x (n, n) fp32 products through kernel ``gemm``
+    (:data:`GEMMS`), weights laid out as the scorer lays them out: a large matmul's rate per kernel."""
+    lib = library() if lib is None else lib
+    best = ctypes.c_double()
+    rc = lib.orm_time_matmul(GEMMS.index(gemm), n, threads, reps, ctypes.byref(best))
+    if rc:
+        raise RuntimeError(f"NativeScorer: timing {gemm} on {n} x {n}, {reps} rounds: {_ERRORS.get(rc, f'error {rc}')}")
+    return best.value
 
 
 def _floats(t: Tensor | np.ndarray) -> np.ndarray:
@@ -224,9 +260,14 @@ def _ptr(a: np.ndarray, kind=ctypes.c_float):
 class NativeScorer(ChunkScorer):
     """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through one compiled call per chunk.
 
-    ``threads``: MKL's threads for the matrix products (default: ``torch.get_num_threads()``);
-    the rest runs on the calling thread. ``max_tokens``: the most tokens one chunk holds. ``lib``:
-    the compiled library (default: :func:`library`, this package's, built on first use).
+    ``threads``: the threads of the matrix products (default: ``torch.get_num_threads()``); the
+    rest runs on the calling thread. ``max_tokens``: the most tokens one chunk holds. ``gemm``: the
+    linear layers' matrix kernel (:data:`GEMMS`): ``"mkl"`` (MKL, weights packed for it; its AVX2
+    code on AMD CPUs), ``"onednn"`` (oneDNN's brgemm micro-kernel, the weights' panels shared out over OpenMP threads) or ``"auto"`` (the
+    default: the faster of the two on this machine, timed on one layer's products of
+    :data:`AUTO_ROWS` tokens when the scorer is built; a few tens of milliseconds). The choice is
+    ``self.gemm``, the times ``self.gemm_times`` (empty unless ``"auto"`` timed them). ``lib``: the
+    compiled library (default: :func:`library`, this package's, built on first use).
     """
 
     def __init__(
@@ -235,6 +276,7 @@ class NativeScorer(ChunkScorer):
         *,
         threads: int | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        gemm: str = "auto",
         lib: ctypes.CDLL | None = None,
     ) -> None:
         bert = model.encoder
@@ -244,13 +286,28 @@ class NativeScorer(ChunkScorer):
         lib = library() if lib is None else lib
         head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
         width, heads = cfg.hidden_size, cfg.num_attention_heads
-        handle = lib.orm_new(width, heads, len(bert.encoder.layer), cfg.intermediate_size, head[0].out_features, act)
+        self.gemm_times: dict[str, float] = {}
+        self.gemm = self._pick_gemm(lib, gemm, width, cfg.intermediate_size)
+        handle = lib.orm_new(width, heads, len(bert.encoder.layer), cfg.intermediate_size, head[0].out_features, act,
+                             GEMMS.index(self.gemm))
         if not handle:
             raise ConfigError(f"NativeScorer cannot hold this encoder's shape ({width} wide, {heads} heads): score with model.score(...)")
         self._lib, self._handle = lib, handle
         self._finalizer = weakref.finalize(self, lib.orm_free, handle)
         with torch.no_grad():
             self._load_weights(model, width // heads, head)
+
+    def _pick_gemm(self, lib: ctypes.CDLL, gemm: str, width: int, inter: int) -> str:
+        if gemm not in (*GEMMS, "auto"):
+            raise ConfigError(f"gemm must be one of {', '.join(map(repr, (*GEMMS, 'auto')))}, got {gemm!r}")
+        if gemm != "auto":
+            if not lib.orm_gemm_available(GEMMS.index(gemm)):
+                raise ConfigError(f"this PyTorch ({torch.__version__}) does not carry the {gemm!r} kernel: use gemm='auto'")
+            return gemm
+        if not lib.orm_gemm_available(GEMMS.index("onednn")):
+            return "mkl"
+        self.gemm_times = gemm_times(width, inter, rows=min(self.max_tokens, AUTO_ROWS), threads=self.threads, lib=lib)
+        return min(self.gemm_times, key=self.gemm_times.__getitem__)
 
     def _check(self, rc: int, what: str, bad: int = -1) -> None:
         if rc:

@@ -8,9 +8,12 @@
  * see their prompt, then themselves; joint: a row sees itself), so no score of a key a query
  * may not see is ever computed.
  *
- * The linear layers go through the MKL that PyTorch carries (its exported symbols, resolved from
- * libtorch_cpu when this library is loaded), their weights packed once with cblas_sgemm_pack
- * (the layout MKL's kernels read). Attention runs in tiles of 16-float vectors here, and so does
+ * The linear layers go through one of the two matrix kernels PyTorch carries (their exported
+ * symbols, resolved from libtorch_cpu when this library is loaded), chosen per model (orm_new's
+ * gemm; orm_time_gemm times both): MKL, the weights packed once with cblas_sgemm_pack (the
+ * layout MKL's kernels read), or oneDNN's brgemm micro-kernel, the weights transposed once into
+ * panels of PANEL columns, each contiguous. MKL runs its AVX2 code on AMD CPUs, where oneDNN's
+ * kernel runs their AVX-512 units. Attention runs in tiles of 16-float vectors here, and so does
  * everything else, one pass each. Single precision throughout, like the model.
  */
 #include <math.h>
@@ -36,13 +39,22 @@ void sgemm_(const char *transa, const char *transb, const int *m, const int *n, 
             const float *alpha, const float *a, const int *lda, const float *b, const int *ldb,
             const float *beta, float *c, const int *ldc);
 void vsTanh(int n, const float *a, float *r);
+/* oneDNN's brgemm micro-kernel for float, as libtorch_cpu exports it: at::native::cpublas::brgemm
+ * (C (M, N) = A (M, K) . B (K, N), row-major with leading dimensions; C += when add_C), the
+ * kernel compiled for each shape on its first call in each thread and kept. Where the CPU has no
+ * AVX2 it runs MKL's plain sgemm. Weak: a PyTorch without it leaves it NULL (then MKL only). */
+void _ZN2at6native7cpublas6brgemmEllllllbPKfS3_Pfb(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                                   int64_t ldc, _Bool add_c, const float *a, const float *b,
+                                                   float *c, _Bool vnni) __attribute__((weak));
+#define onednn_brgemm _ZN2at6native7cpublas6brgemmEllllllbPKfS3_Pfb
 int MKL_Set_Num_Threads_Local(int nt); /* the C interface; the lower-case name is Fortran's */
 
 enum { ACT_GELU = 0, ACT_GELU_TANH = 1, ACT_RELU = 2 };
+enum { GEMM_MKL = 0, GEMM_ONEDNN = 1 };
 /* the phases orm_profile reports, in its order */
 enum { PH_EMBED, PH_LINEAR, PH_KEYS, PH_ATTEND, PH_NORM, PH_ACT, PH_HEAD, PHASES };
 enum { OK = 0, ERR_MEMORY = 1, ERR_TOKEN = 2, ERR_POSITION = 3, ERR_SEGMENT = 4, ERR_BLOCK = 5,
-       ERR_POOL = 6, ERR_INCOMPLETE = 7 };
+       ERR_POOL = 6, ERR_INCOMPLETE = 7, ERR_GEMM = 8, ERR_SIZE = 9 };
 
 /* erf(x) within a few float ulps: Eigen's rational approximation (odd degree 13 over even degree
  * 8, exact to float precision beyond |x| = 4); plain arithmetic, so the loops that call it vectorize */
@@ -87,9 +99,9 @@ static inline float exp_nonpositive(float x) {
 static inline float gelu(float x) { return 0.5f * x * (1.0f + erf_approx(x * 0.70710678118654752f)); }
 
 typedef struct {
-    int n, k;      /* out, in */
-    float *packed; /* MKL's packed layout of the (n, k) weight, read as its transpose (x W^T) */
-    float *bias;   /* (n,) */
+    int n, k, gemm; /* out, in, the kernel */
+    float *packed;  /* the (n, k) weight, read as its transpose (x W^T), in the kernel's layout */
+    float *bias;    /* (n,) */
 } linear_t;
 
 typedef struct {
@@ -103,7 +115,7 @@ typedef struct {
 } layer_t;
 
 typedef struct {
-    int width, heads, layers, inter, head_hidden, act;
+    int width, heads, layers, inter, head_hidden, act, gemm;
     int vocab, positions, types;
     float *word, *pos, *type; /* (vocab, W), (positions, W), (types, W) */
     norm_t emb_ln;
@@ -120,18 +132,45 @@ static float *copy_of(const float *src, size_t n) {
     return dst;
 }
 
-#define PACK_ROWS 512 /* the row count the weights are packed for: a chunk's most tokens by default */
+#define PACK_ROWS 512 /* the row count MKL packs for: a chunk's most tokens by default */
+#define PANEL 64      /* oneDNN: the weight's columns per panel (x W^T's output columns per call) */
+#define ROW_BLOCK 64  /* oneDNN: rows per call, so at most ROW_BLOCK row counts need a kernel */
 
-static int set_linear(linear_t *lin, const float *w, const float *b, int n, int k) {
+static void set_linear_shape(linear_t *lin, int n, int k, int gemm) {
     lin->n = n;
     lin->k = k;
-    /* packed for products with PACK_ROWS tokens: any count reads it, but MKL lays it out for the
-     * kernels of the count it is told (packed for 2 rows, 162-row products ran 11% slower) */
-    lin->packed = malloc(cblas_sgemm_pack_get_size(B_MATRIX, PACK_ROWS, n, k));
-    lin->bias = copy_of(b, n);
-    if (!lin->packed || !lin->bias) return ERR_MEMORY;
-    cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, TRANS, PACK_ROWS, n, k, 1.0f, w, k, lin->packed);
+    lin->gemm = gemm;
+}
+
+/* the (n, k) weight w into lin->packed, in the layout of lin->gemm's kernel */
+static int pack_weight(linear_t *lin, const float *w) {
+    const int n = lin->n, k = lin->k;
+    if (lin->gemm == GEMM_MKL) {
+        /* packed for products with PACK_ROWS tokens: any count reads it, but MKL lays it out for
+         * the kernels of the count it is told (packed for 2 rows, 162-row products ran 11% slower) */
+        lin->packed = malloc(cblas_sgemm_pack_get_size(B_MATRIX, PACK_ROWS, n, k));
+        if (!lin->packed) return ERR_MEMORY;
+        cblas_sgemm_pack(ROW_MAJOR, B_MATRIX, TRANS, PACK_ROWS, n, k, 1.0f, w, k, lin->packed);
+        return OK;
+    }
+    /* W^T (k, n) as panels of PANEL columns (the last one narrower), each (k, cols) contiguous:
+     * a call's weights are one stream, with no stride of n floats (a multiple of 4 KB, n = 1024,
+     * made the same products 25% slower) */
+    float *p = lin->packed = malloc((size_t)n * k * sizeof(float));
+    if (!p) return ERR_MEMORY;
+    for (int j = 0; j < n; j += PANEL) {
+        const int cols = n - j < PANEL ? n - j : PANEL;
+        for (int kk = 0; kk < k; kk++)
+            for (int c = 0; c < cols; c++) *p++ = w[(size_t)(j + c) * k + kk];
+    }
     return OK;
+}
+
+static int set_linear(linear_t *lin, const float *w, const float *b, int n, int k, int gemm) {
+    set_linear_shape(lin, n, k, gemm);
+    lin->bias = copy_of(b, n);
+    if (!lin->bias) return ERR_MEMORY;
+    return pack_weight(lin, w);
 }
 
 static int set_norm(norm_t *ln, const float *g, const float *b, float eps, int width) {
@@ -141,9 +180,12 @@ static int set_norm(norm_t *ln, const float *g, const float *b, float eps, int w
     return ln->gamma && ln->beta ? OK : ERR_MEMORY;
 }
 
-void *orm_new(int width, int heads, int layers, int inter, int head_hidden, int act) {
+/* whether this PyTorch carries the kernel gemm names */
+int orm_gemm_available(int gemm) { return gemm == GEMM_MKL || (gemm == GEMM_ONEDNN && onednn_brgemm != NULL); }
+
+void *orm_new(int width, int heads, int layers, int inter, int head_hidden, int act, int gemm) {
     if (width < 1 || heads < 1 || width % heads || layers < 1 || inter < 1 || head_hidden < 1 ||
-        act < ACT_GELU || act > ACT_RELU)
+        act < ACT_GELU || act > ACT_RELU || !orm_gemm_available(gemm))
         return NULL;
     model_t *m = calloc(1, sizeof(model_t));
     if (!m) return NULL;
@@ -158,6 +200,7 @@ void *orm_new(int width, int heads, int layers, int inter, int head_hidden, int 
     m->inter = inter;
     m->head_hidden = head_hidden;
     m->act = act;
+    m->gemm = gemm;
     return m;
 }
 
@@ -219,10 +262,10 @@ int orm_set_layer(void *handle, int i, const float *qkv_w, const float *qkv_b, c
     if (i < 0 || i >= m->layers || m->layer[i].qkv.packed) return ERR_INCOMPLETE; /* each layer once */
     layer_t *l = &m->layer[i];
     int w = m->width, rc;
-    if ((rc = set_linear(&l->qkv, qkv_w, qkv_b, 3 * w, w)) ||
-        (rc = set_linear(&l->out, out_w, out_b, w, w)) ||
-        (rc = set_linear(&l->inter, inter_w, inter_b, m->inter, w)) ||
-        (rc = set_linear(&l->ffn, ffn_w, ffn_b, w, m->inter)) ||
+    if ((rc = set_linear(&l->qkv, qkv_w, qkv_b, 3 * w, w, m->gemm)) ||
+        (rc = set_linear(&l->out, out_w, out_b, w, w, m->gemm)) ||
+        (rc = set_linear(&l->inter, inter_w, inter_b, m->inter, w, m->gemm)) ||
+        (rc = set_linear(&l->ffn, ffn_w, ffn_b, w, m->inter, m->gemm)) ||
         (rc = set_norm(&l->ln1, ln1_g, ln1_b, ln1_eps, w)) ||
         (rc = set_norm(&l->ln2, ln2_g, ln2_b, ln2_eps, w)))
         return rc;
@@ -266,10 +309,22 @@ void orm_profile(void *handle, int on, double *out) {
     m->profiling = on;
 }
 
-/* y (t, n) = x (t, k) . W^T (the bias is the next pass's) */
-static void linear(const linear_t *lin, const float *x, int t, float *y) {
-    cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, t, lin->n, lin->k, x, lin->k, lin->packed,
-                        lin->k, 0.0f, y, lin->n);
+/* y (t, n) = x (t, k) . W^T (the bias is the next pass's); MKL's threads are set by the caller,
+ * oneDNN's kernel runs on threads of OpenMP's, which share the panels out */
+static void linear(const linear_t *lin, const float *x, int t, float *y, int threads) {
+    const int n = lin->n, k = lin->k;
+    if (lin->gemm == GEMM_MKL) {
+        cblas_sgemm_compute(ROW_MAJOR, NO_TRANS, PACKED, t, n, k, x, k, lin->packed, k, 0.0f, y, n);
+        return;
+    }
+#pragma omp parallel for num_threads(threads > 1 ? threads : 1) schedule(static) if (threads > 1)
+    for (int j = 0; j < n; j += PANEL) { /* a panel's weights stay in cache over the row blocks */
+        const int cols = n - j < PANEL ? n - j : PANEL;
+        const float *panel = lin->packed + (size_t)j * k;
+        for (int i = 0; i < t; i += ROW_BLOCK)
+            onednn_brgemm(t - i < ROW_BLOCK ? t - i : ROW_BLOCK, cols, k, k, cols, n, 0, x + (size_t)i * k, panel,
+                          y + (size_t)i * n + j, 0);
+    }
 }
 
 /* row <- LayerNorm(row): mean, then variance about it, then scale and shift */
@@ -671,22 +726,22 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
     tick(m, &since, PH_EMBED);
     for (int l = 0; l < m->layers; l++) {
         const layer_t *L = &m->layer[l];
-        linear(&L->qkv, h, t, big);
+        linear(&L->qkv, h, t, big, threads);
         tick(m, &since, PH_LINEAR);
         bias_and_keys(big, L->qkv.bias, t, w, stride, kt);
         tick(m, &since, PH_KEYS);
         attend(big, kt, stride, w, m->heads, blocks, n_blocks, groups, n_groups, order, s, sw, spare, ctx);
         tick(m, &since, PH_ATTEND);
         /* h <- LayerNorm(h + ctx W_o + b_o); h <- LayerNorm(h + act(h W_i + b_i) W_f + b_f) */
-        linear(&L->out, ctx, t, tmp);
+        linear(&L->out, ctx, t, tmp, threads);
         tick(m, &since, PH_LINEAR);
         for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, tmp + (size_t)i * w, L->out.bias, &L->ln1, w);
         tick(m, &since, PH_NORM);
-        linear(&L->inter, h, t, big);
+        linear(&L->inter, h, t, big, threads);
         tick(m, &since, PH_LINEAR);
         activate(big, L->inter.bias, t, m->inter, m->act, tmp);
         tick(m, &since, PH_ACT);
-        linear(&L->ffn, big, t, ctx);
+        linear(&L->ffn, big, t, ctx, threads);
         tick(m, &since, PH_LINEAR);
         for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, ctx + (size_t)i * w, L->ffn.bias, &L->ln2, w);
         tick(m, &since, PH_NORM);
@@ -732,5 +787,98 @@ done:
     free(spare);
     free(pooled);
     free(hidden);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* out[g] = the median milliseconds of one layer's four matrix products (q/k/v, attention output,
+ * feed-forward in and out: a model of width and inter) on rows tokens, through kernel g (GEMM_MKL,
+ * GEMM_ONEDNN; NAN where this PyTorch lacks it), over reps rounds in which the kernels take turns.
+ * The weights are random: the time does not depend on them. */
+int orm_time_gemm(int rows, int width, int inter, int threads, int reps, double *out) {
+    if (rows < 1 || width < 1 || inter < 1 || reps < 1) return ERR_SIZE;
+    const int shape[4][2] = {{3 * width, width}, {width, width}, {inter, width}, {width, inter}}; /* n, k */
+    const size_t wide = inter > 3 * width ? inter : 3 * width, weights = wide * width; /* the most of any weight */
+    linear_t lin[2][4] = {0};
+    float *w = malloc(weights * sizeof(float)), *x = malloc((size_t)rows * wide * sizeof(float)),
+          *y = malloc((size_t)rows * wide * sizeof(float));
+    double *spent = malloc(2 * (size_t)reps * sizeof(double));
+    int rc = ERR_MEMORY, kernels = 0;
+    if (!w || !x || !y || !spent) goto done;
+    uint32_t state = 12345u; /* values in [-0.5, 0.5): no denormals, no overflow */
+    for (size_t i = 0; i < weights; i++) w[i] = (state = state * 1664525u + 1013904223u) / 4294967296.0f - 0.5f;
+    for (size_t i = 0; i < (size_t)rows * wide; i++) x[i] = w[i % weights];
+    for (int g = 0; g < 2; g++) {
+        out[g] = NAN;
+        if (!orm_gemm_available(g)) continue;
+        for (int l = 0; l < 4; l++) {
+            set_linear_shape(&lin[g][l], shape[l][0], shape[l][1], g);
+            if (pack_weight(&lin[g][l], w)) goto done;
+        }
+        kernels |= 1 << g;
+    }
+    const int before = threads > 0 ? MKL_Set_Num_Threads_Local(threads) : 0;
+    for (int g = 0; g < 2; g++) /* a first pass each: compiles oneDNN's kernels, warms the caches */
+        if (kernels >> g & 1)
+            for (int l = 0; l < 4; l++) linear(&lin[g][l], x, rows, y, threads);
+    for (int r = 0; r < reps; r++)
+        for (int turn = 0; turn < 2; turn++) {
+            const int g = (r + turn) % 2; /* who goes first alternates */
+            if (!(kernels >> g & 1)) continue;
+            const double t0 = seconds();
+            for (int l = 0; l < 4; l++) linear(&lin[g][l], x, rows, y, threads);
+            spent[g * reps + r] = 1e3 * (seconds() - t0);
+        }
+    if (threads > 0) MKL_Set_Num_Threads_Local(before);
+    for (int g = 0; g < 2; g++)
+        if (kernels >> g & 1) {
+            qsort(spent + g * reps, reps, sizeof(double), cmp_double);
+            out[g] = reps % 2 ? spent[g * reps + reps / 2] : 0.5 * (spent[g * reps + reps / 2 - 1] + spent[g * reps + reps / 2]);
+        }
+    rc = OK;
+done:
+    for (int g = 0; g < 2; g++)
+        for (int l = 0; l < 4; l++) free(lin[g][l].packed);
+    free(w);
+    free(x);
+    free(y);
+    free(spent);
+    return rc;
+}
+
+/* *best = the fewest milliseconds of reps (n, n) x (n, n) products through kernel gemm, as
+ * linear() runs them (for the benchmarks' compute limit: the rate of a large matmul per kernel) */
+int orm_time_matmul(int gemm, int n, int threads, int reps, double *best) {
+    if (n < 1 || reps < 1) return ERR_SIZE;
+    if (!orm_gemm_available(gemm)) return ERR_GEMM;
+    linear_t lin = {0};
+    const size_t nn = (size_t)n * n;
+    float *w = malloc(nn * sizeof(float)), *x = malloc(nn * sizeof(float)), *y = malloc(nn * sizeof(float));
+    int rc = ERR_MEMORY;
+    if (!w || !x || !y) goto done;
+    uint32_t state = 54321u;
+    for (size_t i = 0; i < nn; i++) w[i] = x[nn - 1 - i] = (state = state * 1664525u + 1013904223u) / 4294967296.0f - 0.5f;
+    set_linear_shape(&lin, n, n, gemm);
+    if (pack_weight(&lin, w)) goto done;
+    const int before = threads > 0 ? MKL_Set_Num_Threads_Local(threads) : 0;
+    linear(&lin, x, n, y, threads); /* compiles oneDNN's kernels */
+    *best = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = seconds();
+        linear(&lin, x, n, y, threads);
+        const double ms = 1e3 * (seconds() - t0);
+        *best = ms < *best ? ms : *best;
+    }
+    if (threads > 0) MKL_Set_Num_Threads_Local(before);
+    rc = OK;
+done:
+    free(lin.packed);
+    free(w);
+    free(x);
+    free(y);
     return rc;
 }

@@ -48,10 +48,11 @@ def fresh_library(tmp_path, monkeypatch):
     ],
     ids=["heads of 16", "heads of 12", "heads of 64", "a head of 160"],
 )
-def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architecture, shape):
+@pytest.mark.parametrize("gemm", native.GEMMS)  # widths of 48 and 160: oneDNN's last panel narrower than 64
+def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architecture, shape, gemm):
     model = _fitted(pairs, **{**tiny_model_kwargs, **shape, "architecture": architecture})
     prompts, actions = _texts(pairs)
-    scorer = NativeScorer(model)
+    scorer = NativeScorer(model, gemm=gemm)
     torch.testing.assert_close(scorer.score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
     question, plans = prompts[0], actions[:8]
     torch.testing.assert_close(scorer.score(question, plans), model.score(question, plans), rtol=0, atol=1e-5)
@@ -80,16 +81,43 @@ def test_sharp_attention_matches(pairs, tiny_model_kwargs):
     torch.testing.assert_close(got, model.score(prompts, actions), rtol=1e-4, atol=1e-4)
 
 
-def test_threads_do_not_change_a_reward(trained_model, pairs):
+@pytest.mark.parametrize("gemm", native.GEMMS)
+def test_threads_do_not_change_a_reward(trained_model, pairs, gemm):
     prompts, actions = _texts(pairs, 20)
-    ref = NativeScorer(trained_model, threads=1).score(prompts, actions)
-    torch.testing.assert_close(NativeScorer(trained_model, threads=2).score(prompts, actions), ref, rtol=0, atol=1e-5)
+    ref = NativeScorer(trained_model, threads=1, gemm=gemm).score(prompts, actions)
+    got = NativeScorer(trained_model, threads=2, gemm=gemm).score(prompts, actions)
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
 
 
-def test_minilm_matches(pairs):
+@pytest.mark.parametrize("gemm", native.GEMMS)
+def test_minilm_matches(pairs, gemm):
     model = BradleyTerryModel(encoder="minilm", max_length=128, dropout=0.0)
     prompts, actions = _texts(pairs, 6)
-    torch.testing.assert_close(NativeScorer(model).score(prompts, actions), model.score(prompts, actions), rtol=0, atol=1e-5)
+    got = NativeScorer(model, gemm=gemm).score(prompts, actions)
+    torch.testing.assert_close(got, model.score(prompts, actions), rtol=0, atol=1e-5)
+
+
+def test_auto_takes_the_kernel_that_timed_faster(trained_model):
+    scorer = NativeScorer(trained_model)
+    assert set(scorer.gemm_times) == set(native.GEMMS)  # this PyTorch carries both
+    assert all(ms > 0 for ms in scorer.gemm_times.values())
+    assert scorer.gemm == min(scorer.gemm_times, key=scorer.gemm_times.get)
+    chosen = NativeScorer(trained_model, gemm="mkl")
+    assert chosen.gemm == "mkl" and chosen.gemm_times == {}  # named: not timed
+
+
+def test_the_kernel_timers_time_both_kernels_and_refuse_empty_sizes():
+    assert all(native.matmul_ms(gemm, 64, reps=2) > 0 for gemm in native.GEMMS)
+    assert set(native.gemm_times(32, 64, rows=8, reps=3)) == set(native.GEMMS)
+    with pytest.raises(RuntimeError, match="a size or count below 1"):
+        native.gemm_times(32, 64, rows=0)
+    with pytest.raises(RuntimeError, match="a size or count below 1"):
+        native.matmul_ms("mkl", 64, reps=0)
+
+
+def test_an_unknown_kernel_is_named(trained_model):
+    with pytest.raises(ConfigError, match="gemm must be one of 'mkl', 'onednn', 'auto', got 'blas'"):
+        NativeScorer(trained_model, gemm="blas")
 
 
 def test_a_token_outside_the_tables_is_an_error_not_a_read_out_of_bounds(trained_model):
@@ -169,11 +197,13 @@ def test_a_failed_compile_shows_the_compiler_and_leaves_no_library(trained_model
     NativeScorer(trained_model)  # the next try compiles
 
 
-def test_threads_can_score_with_one_scorer_at_once(trained_model, pairs):
-    # the C call releases the GIL and keeps its buffers per call: concurrent calls do not mix
+@pytest.mark.parametrize("gemm", native.GEMMS)
+def test_threads_can_score_with_one_scorer_at_once(trained_model, pairs, gemm):
+    # the C call releases the GIL and keeps its buffers per call (oneDNN its kernels per thread):
+    # concurrent calls do not mix
     from concurrent.futures import ThreadPoolExecutor
 
-    scorer = NativeScorer(trained_model, threads=1)
+    scorer = NativeScorer(trained_model, threads=1, gemm=gemm)
     calls = [_texts(pairs.iloc[i:], 8) for i in range(0, 16, 2)]
     expected = [scorer.score(p, a) for p, a in calls]
     with ThreadPoolExecutor(4) as pool:
@@ -228,11 +258,12 @@ def test_blocks_must_cover_every_token_once_in_order(trained_model):
         assert _call(scorer, 4, blocks) == 5, blocks  # ERR_BLOCK
 
 
-def test_one_long_chunk_scores_in_memory_linear_in_its_length(trained_model):
+@pytest.mark.parametrize("gemm", native.GEMMS)
+def test_one_long_chunk_scores_in_memory_linear_in_its_length(trained_model, gemm):
     # 700 actions of the longest length in one chunk (about 20k tokens); scratch for the attention
-    # scores grew with the square of the chunk (3 GB here) before
+    # scores grew with the square of the chunk (3 GB here) before. oneDNN: hundreds of row blocks
     actions = [f"{LONG_PLAN}\nvariant {i}" for i in range(700)]
     (chunk,) = trained_model.scoring_texts("q", actions).chunks(trained_model.config, 100_000)
     assert trained_model.scoring_texts("q", actions).pack(chunk).num_tokens > 15_000
-    got = NativeScorer(trained_model, max_tokens=100_000).score("q", actions)
+    got = NativeScorer(trained_model, max_tokens=100_000, gemm=gemm).score("q", actions)
     torch.testing.assert_close(got, trained_model.score("q", actions), rtol=0, atol=1e-5)
