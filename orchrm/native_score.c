@@ -17,6 +17,7 @@
  * everything else, one pass each. Single precision throughout, like the model.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,8 +349,11 @@ static void add_norm(float *restrict skip, const float *restrict x, const float 
     norm(skip, ln, w);
 }
 
-/* x <- act(x + bias) over t rows of n; tmp (t * n floats): scratch for the tanh form */
-static void activate(float *restrict x, const float *restrict bias, int t, int n, int act, float *restrict tmp) {
+/* x <- act(x + bias) over t rows of n, the rows shared out over threads; tmp (t * n floats):
+ * scratch for the tanh form */
+static void activate(float *restrict x, const float *restrict bias, int t, int n, int act, float *restrict tmp,
+                     int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int i = 0; i < t; i++) {
         float *restrict row = x + (size_t)i * n, *restrict u = tmp + (size_t)i * n;
         if (act == ACT_GELU) {
@@ -643,13 +647,17 @@ static inline __attribute__((always_inline)) void attend_head(const float *restr
     }
 }
 
-/* ctx <- attention, head by head (see attend_head). s: scratch of t * sw floats; spare: ROWS * d. */
+/* ctx <- attention, head by head (see attend_head), the heads shared out over threads. Scratch
+ * per thread: s_size floats of s (t * sw: each row's scores), ROWS * d of spare. */
 static void attend(const float *qkv, const float *kt, int stride, int w, int heads, const int *blocks, int n_blocks,
-                   const group_t *groups, int n_groups, const int *order, float *s, int sw, float *spare, float *ctx) {
+                   const group_t *groups, int n_groups, const int *order, float *scratch, size_t s_size, int sw,
+                   float *spares, float *ctx, int threads) {
     const int d = w / heads, ld = 3 * w;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int h = 0; h < heads; h++) {
+        const int me = omp_get_thread_num();
         const float *q = qkv + h * d, *kh = kt + (size_t)h * d * stride, *v = qkv + 2 * w + h * d;
-        float *out = ctx + h * d;
+        float *out = ctx + h * d, *s = scratch + me * s_size, *spare = spares + (size_t)me * ROWS * d;
         if (d == 64) /* the usual head sizes get loops with the size a constant the compiler unrolls */
             attend_head(q, ld, kh, stride, v, ld, blocks, n_blocks, groups, n_groups, order, 64, s, sw, out, w, spare);
         else if (d == 32)
@@ -699,11 +707,12 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
         if (pool[2 * a] < 0 || pool[2 * a + 1] <= pool[2 * a] || pool[2 * a + 1] > t) return ERR_POOL;
     }
     *bad = -1;
+    const int team = threads > 1 ? threads : 1; /* the threads of everything but MKL's products */
     const size_t tw = (size_t)t * w, wide = m->inter > 3 * w ? m->inter : 3 * w;
     float *h = malloc(tw * sizeof(float)), *ctx = malloc(tw * sizeof(float)),
           *big = malloc((size_t)t * wide * sizeof(float)), *tmp = malloc((size_t)t * m->inter * sizeof(float)),
-          *kt = aligned_floats((size_t)w * stride, 1), *s = aligned_floats((size_t)t * sw, 0),
-          *spare = malloc((size_t)ROWS * (w / m->heads) * sizeof(float)),
+          *kt = aligned_floats((size_t)w * stride, 1), *s = aligned_floats((size_t)team * t * sw, 0),
+          *spare = malloc((size_t)team * ROWS * (w / m->heads) * sizeof(float)),
           *pooled = malloc((size_t)actions * w * sizeof(float)),
           *hidden = malloc((size_t)actions * m->head_hidden * sizeof(float));
     int rc = ERR_MEMORY;
@@ -730,19 +739,22 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
         tick(m, &since, PH_LINEAR);
         bias_and_keys(big, L->qkv.bias, t, w, stride, kt);
         tick(m, &since, PH_KEYS);
-        attend(big, kt, stride, w, m->heads, blocks, n_blocks, groups, n_groups, order, s, sw, spare, ctx);
+        attend(big, kt, stride, w, m->heads, blocks, n_blocks, groups, n_groups, order, s, (size_t)t * sw, sw, spare, ctx,
+               team);
         tick(m, &since, PH_ATTEND);
         /* h <- LayerNorm(h + ctx W_o + b_o); h <- LayerNorm(h + act(h W_i + b_i) W_f + b_f) */
         linear(&L->out, ctx, t, tmp, threads);
         tick(m, &since, PH_LINEAR);
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
         for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, tmp + (size_t)i * w, L->out.bias, &L->ln1, w);
         tick(m, &since, PH_NORM);
         linear(&L->inter, h, t, big, threads);
         tick(m, &since, PH_LINEAR);
-        activate(big, L->inter.bias, t, m->inter, m->act, tmp);
+        activate(big, L->inter.bias, t, m->inter, m->act, tmp, team);
         tick(m, &since, PH_ACT);
         linear(&L->ffn, big, t, ctx, threads);
         tick(m, &since, PH_LINEAR);
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
         for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, ctx + (size_t)i * w, L->ffn.bias, &L->ln2, w);
         tick(m, &since, PH_NORM);
     }
