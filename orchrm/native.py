@@ -6,9 +6,11 @@
 Why: at the size of a test-time-scaling call (one question, 8 short plans, about 150 tokens) the
 linear layers are small matrix products, and what the runtime does around them decides the
 latency. This scorer runs the whole forward pass in one call to ``native_score.c`` (compiled on
-first use with the machine's C compiler, ``-O3 -march=native``, and cached): the linear layers'
-weights packed once into the layout of MKL's matrix kernels (the MKL that PyTorch's x86-64 builds
-carry), attention computed only over the keys each block of queries may see (a prompt's tokens
+first use with the machine's C compiler, ``-O3 -march=native``, and cached): the linear layers on
+one of the two matrix kernels PyTorch's x86-64 builds carry, their weights laid out once for it
+(MKL's packed sgemm, or oneDNN's brgemm micro-kernel; by default whichever runs this model's
+products faster on this machine, timed when the scorer is built: MKL runs its AVX2 code on AMD
+CPUs), attention computed only over the keys each block of queries may see (a prompt's tokens
 over their prompt; an action's over its prompt, then itself), and every other step one loop over
 the data (bias and activation, residual and LayerNorm). ``benchmarks/results/latency.md`` times it
 beside :class:`orchrm.onnxrt.OnnxScorer` and ``model.score``.
@@ -17,9 +19,7 @@ Needs: a BERT-family encoder (:func:`orchrm.encoders.supports_shared_prompt`), a
 with MKL (``torch.backends.mkl.is_available()``: the x86-64 builds) and a C compiler (``$CC``,
 else ``cc``). The library is cached under ``$ORCHRM_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/orchrm``, else ``~/.cache/orchrm``), one build per source, ``$CC``, PyTorch
-and CPU. MKL's kernels are fastest on Intel CPUs; on AMD ones ONNX Runtime's may be faster (the
-benchmark says, per machine). The scorer copies the weights when it is built: train the model
-further and build a new one.
+and CPU. The scorer copies the weights when it is built: train the model further and build a new one.
 """
 
 from __future__ import annotations
@@ -223,6 +223,12 @@ def load(path: Path) -> ctypes.CDLL:
     return lib
 
 
+def _check_gemm(gemm: str, *, auto: bool) -> None:
+    names = (*GEMMS, "auto") if auto else GEMMS
+    if gemm not in names:
+        raise ConfigError(f"gemm must be one of {', '.join(map(repr, names))}, got {gemm!r}")
+
+
 def gemm_times(width: int, inter: int, *, rows: int = AUTO_ROWS, threads: int = 1, reps: int = 7,
                lib: ctypes.CDLL | None = None) -> dict[str, float]:
     """Median milliseconds of one encoder layer's four matrix products (``width`` wide, a
@@ -240,6 +246,7 @@ def gemm_times(width: int, inter: int, *, rows: int = AUTO_ROWS, threads: int = 
 def matmul_ms(gemm: str, n: int = 1024, *, threads: int = 1, reps: int = 3, lib: ctypes.CDLL | None = None) -> float:
     """The fewest milliseconds of ``reps`` (n, n) x (n, n) fp32 products through kernel ``gemm``
     (:data:`GEMMS`), weights laid out as the scorer lays them out: a large matmul's rate per kernel."""
+    _check_gemm(gemm, auto=False)
     lib = library() if lib is None else lib
     best = ctypes.c_double()
     rc = lib.orm_time_matmul(GEMMS.index(gemm), n, threads, reps, ctypes.byref(best))
@@ -260,8 +267,9 @@ def _ptr(a: np.ndarray, kind=ctypes.c_float):
 class NativeScorer(ChunkScorer):
     """Scores (prompt, action) texts like :meth:`BradleyTerryModel.score`, through one compiled call per chunk.
 
-    ``threads``: the threads of the matrix products (default: ``torch.get_num_threads()``); the
-    rest runs on the calling thread. ``max_tokens``: the most tokens one chunk holds. ``gemm``: the
+    ``threads``: the threads of a call (default: ``torch.get_num_threads()``): the matrix
+    products, attention's heads and the element-wise passes are shared out over them (the
+    embeddings, the bias + key transpose and the head run on the calling thread). ``max_tokens``: the most tokens one chunk holds. ``gemm``: the
     linear layers' matrix kernel (:data:`GEMMS`): ``"mkl"`` (MKL, weights packed for it; its AVX2
     code on AMD CPUs), ``"onednn"`` (oneDNN's brgemm micro-kernel, the weights' panels shared out over OpenMP threads) or ``"auto"`` (the
     default: the faster of the two on this machine, timed on one layer's products of
@@ -283,6 +291,7 @@ class NativeScorer(ChunkScorer):
         act = encoders.scorer_activation(bert, _ACTIVATIONS, "NativeScorer")
         cfg = bert.config
         super().__init__(model, threads=threads, max_tokens=max_tokens)
+        _check_gemm(gemm, auto=True)
         lib = library() if lib is None else lib
         head = [m for m in model.head if isinstance(m, torch.nn.Linear)]
         width, heads = cfg.hidden_size, cfg.num_attention_heads
@@ -298,8 +307,6 @@ class NativeScorer(ChunkScorer):
             self._load_weights(model, width // heads, head)
 
     def _pick_gemm(self, lib: ctypes.CDLL, gemm: str, width: int, inter: int) -> str:
-        if gemm not in (*GEMMS, "auto"):
-            raise ConfigError(f"gemm must be one of {', '.join(map(repr, (*GEMMS, 'auto')))}, got {gemm!r}")
         if gemm != "auto":
             if not lib.orm_gemm_available(GEMMS.index(gemm)):
                 raise ConfigError(f"this PyTorch ({torch.__version__}) does not carry the {gemm!r} kernel: use gemm='auto'")

@@ -43,7 +43,8 @@ void vsTanh(int n, const float *a, float *r);
 /* oneDNN's brgemm micro-kernel for float, as libtorch_cpu exports it: at::native::cpublas::brgemm
  * (C (M, N) = A (M, K) . B (K, N), row-major with leading dimensions; C += when add_C), the
  * kernel compiled for each shape on its first call in each thread and kept. Where the CPU has no
- * AVX2 it runs MKL's plain sgemm. Weak: a PyTorch without it leaves it NULL (then MKL only). */
+ * AVX2, or torch.backends.mkldnn.enabled is False, it runs MKL's plain sgemm instead. Weak: a
+ * PyTorch without it leaves it NULL (then MKL only). */
 void _ZN2at6native7cpublas6brgemmEllllllbPKfS3_Pfb(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                                                    int64_t ldc, _Bool add_c, const float *a, const float *b,
                                                    float *c, _Bool vnni) __attribute__((weak));
@@ -671,8 +672,10 @@ static void attend(const float *qkv, const float *kt, int stride, int w, int hea
  * blocks: n_blocks x 6 ints (q0, q1, a0, a1, b0, b1): query rows [q0, q1) see keys [a0, a1) and
  * [b0, b1) (either may be empty, not both); the blocks' query rows, in order, are [0, t) (the
  * first starts at 0, each the next where the last ended, the last ends at t).
- * pool: actions x 2 ints (lo, hi): the action's pooled tokens. threads: MKL's threads for this
- * call (0: leave as set). Returns OK or an ERR_ code; *bad: the offending index. */
+ * pool: actions x 2 ints (lo, hi): the action's pooled tokens. threads: this call's threads: MKL's
+ * (0: leave them as set), and the OpenMP team that shares out oneDNN's panels, attention's heads
+ * and the element-wise rows (1 or less: the calling thread alone). Returns OK or an ERR_ code;
+ * *bad: the offending index. */
 int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions, const int64_t *segments,
               int n_blocks, const int *blocks, int actions, const int *pool, int threads, float *out,
               int *bad) {

@@ -23,6 +23,18 @@ if not shutil.which("cc") and not shutil.which("gcc"):
     pytest.skip("NativeScorer compiles its forward pass with the machine's C compiler; none is installed", allow_module_level=True)
 
 
+def _needs(gemm: str) -> None:
+    if not native.library().orm_gemm_available(native.GEMMS.index(gemm)):
+        pytest.skip(f"this PyTorch ({torch.__version__}) does not carry the {gemm!r} matrix kernel")
+
+
+@pytest.fixture(params=native.GEMMS)
+def gemm(request):
+    """Each matrix kernel in turn (widths of 48 and 160 give oneDNN a last panel narrower than 64)."""
+    _needs(request.param)
+    return request.param
+
+
 def _fitted(pairs, **kwargs) -> BradleyTerryModel:
     model = BradleyTerryModel(**kwargs)
     model.fit_tokenizer(list(pairs["prompt"]) + list(pairs["chosen"]) + list(pairs["rejected"]))
@@ -48,7 +60,6 @@ def fresh_library(tmp_path, monkeypatch):
     ],
     ids=["heads of 16", "heads of 12", "heads of 64", "a head of 160"],
 )
-@pytest.mark.parametrize("gemm", native.GEMMS)  # widths of 48 and 160: oneDNN's last panel narrower than 64
 def test_rewards_match_the_pytorch_forward(pairs, tiny_model_kwargs, architecture, shape, gemm):
     model = _fitted(pairs, **{**tiny_model_kwargs, **shape, "architecture": architecture})
     prompts, actions = _texts(pairs)
@@ -81,7 +92,6 @@ def test_sharp_attention_matches(pairs, tiny_model_kwargs):
     torch.testing.assert_close(got, model.score(prompts, actions), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("gemm", native.GEMMS)
 def test_threads_do_not_change_a_reward(trained_model, pairs, gemm):
     prompts, actions = _texts(pairs, 20)
     ref = NativeScorer(trained_model, threads=1, gemm=gemm).score(prompts, actions)
@@ -89,7 +99,6 @@ def test_threads_do_not_change_a_reward(trained_model, pairs, gemm):
     torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("gemm", native.GEMMS)
 def test_minilm_matches(pairs, gemm):
     model = BradleyTerryModel(encoder="minilm", max_length=128, dropout=0.0)
     prompts, actions = _texts(pairs, 6)
@@ -98,8 +107,9 @@ def test_minilm_matches(pairs, gemm):
 
 
 def test_auto_takes_the_kernel_that_timed_faster(trained_model):
+    _needs("onednn")
     scorer = NativeScorer(trained_model)
-    assert set(scorer.gemm_times) == set(native.GEMMS)  # this PyTorch carries both
+    assert set(scorer.gemm_times) == set(native.GEMMS)
     assert all(ms > 0 for ms in scorer.gemm_times.values())
     assert scorer.gemm == min(scorer.gemm_times, key=scorer.gemm_times.get)
     chosen = NativeScorer(trained_model, gemm="mkl")
@@ -107,6 +117,7 @@ def test_auto_takes_the_kernel_that_timed_faster(trained_model):
 
 
 def test_the_kernel_timers_time_both_kernels_and_refuse_empty_sizes():
+    _needs("onednn")
     assert all(native.matmul_ms(gemm, 64, reps=2) > 0 for gemm in native.GEMMS)
     assert set(native.gemm_times(32, 64, rows=8, reps=3)) == set(native.GEMMS)
     with pytest.raises(RuntimeError, match="a size or count below 1"):
@@ -115,9 +126,12 @@ def test_the_kernel_timers_time_both_kernels_and_refuse_empty_sizes():
         native.matmul_ms("mkl", 64, reps=0)
 
 
-def test_an_unknown_kernel_is_named(trained_model):
+def test_an_unknown_kernel_is_named_before_anything_is_compiled(trained_model, fresh_library):
     with pytest.raises(ConfigError, match="gemm must be one of 'mkl', 'onednn', 'auto', got 'blas'"):
         NativeScorer(trained_model, gemm="blas")
+    with pytest.raises(ConfigError, match="gemm must be one of 'mkl', 'onednn', got 'auto'"):
+        native.matmul_ms("auto", 8)
+    assert not fresh_library.exists()
 
 
 def test_a_token_outside_the_tables_is_an_error_not_a_read_out_of_bounds(trained_model):
@@ -197,13 +211,13 @@ def test_a_failed_compile_shows_the_compiler_and_leaves_no_library(trained_model
     NativeScorer(trained_model)  # the next try compiles
 
 
-@pytest.mark.parametrize("gemm", native.GEMMS)
-def test_threads_can_score_with_one_scorer_at_once(trained_model, pairs, gemm):
+@pytest.mark.parametrize("threads", [1, 2])  # 2: each call's own OpenMP team
+def test_threads_can_score_with_one_scorer_at_once(trained_model, pairs, gemm, threads):
     # the C call releases the GIL and keeps its buffers per call (oneDNN its kernels per thread):
     # concurrent calls do not mix
     from concurrent.futures import ThreadPoolExecutor
 
-    scorer = NativeScorer(trained_model, threads=1, gemm=gemm)
+    scorer = NativeScorer(trained_model, threads=threads, gemm=gemm)
     calls = [_texts(pairs.iloc[i:], 8) for i in range(0, 16, 2)]
     expected = [scorer.score(p, a) for p, a in calls]
     with ThreadPoolExecutor(4) as pool:
@@ -258,7 +272,6 @@ def test_blocks_must_cover_every_token_once_in_order(trained_model):
         assert _call(scorer, 4, blocks) == 5, blocks  # ERR_BLOCK
 
 
-@pytest.mark.parametrize("gemm", native.GEMMS)
 def test_one_long_chunk_scores_in_memory_linear_in_its_length(trained_model, gemm):
     # 700 actions of the longest length in one chunk (about 20k tokens); scratch for the attention
     # scores grew with the square of the chunk (3 GB here) before. oneDNN: hundreds of row blocks
