@@ -70,6 +70,8 @@ AUTO_ROWS = 160
 
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
+#: gemm="auto"'s timings (see :func:`gemm_times`) by library, width, inner width, rows and threads
+_timed: dict[tuple[str, int, int, int, int], dict[str, float]] = {}
 
 
 def cache_dir() -> Path:
@@ -269,13 +271,18 @@ class NativeScorer(ChunkScorer):
 
     ``threads``: the threads of a call (default: ``torch.get_num_threads()``): the matrix
     products, attention's heads and the element-wise passes are shared out over them (the
-    embeddings, the bias + key transpose and the head run on the calling thread). ``max_tokens``: the most tokens one chunk holds. ``gemm``: the
-    linear layers' matrix kernel (:data:`GEMMS`): ``"mkl"`` (MKL, weights packed for it; its AVX2
-    code on AMD CPUs), ``"onednn"`` (oneDNN's brgemm micro-kernel, the weights' panels shared out over OpenMP threads) or ``"auto"`` (the
-    default: the faster of the two on this machine, timed on one layer's products of
-    :data:`AUTO_ROWS` tokens when the scorer is built; a few tens of milliseconds). The choice is
-    ``self.gemm``, the times ``self.gemm_times`` (empty unless ``"auto"`` timed them). ``lib``: the
-    compiled library (default: :func:`library`, this package's, built on first use).
+    embeddings, the bias + key transpose and the head run on the calling thread).
+    ``max_tokens``: the most tokens one chunk holds.
+
+    ``gemm``: the linear layers' matrix kernel (:data:`GEMMS`). ``"mkl"``: MKL, the weights packed
+    for it (it runs its AVX2 code on AMD CPUs). ``"onednn"``: oneDNN's brgemm micro-kernel, the
+    weights in panels of 64 columns; it compiles its kernel for each new row count (at most 64 of
+    them) on its first use in a thread, about 0.1 ms each. ``"auto"`` (the default): the faster
+    of the two here, timed on one layer's products of :data:`AUTO_ROWS` tokens (a few tens of
+    milliseconds) when the first scorer of this shape and thread count is built in the process.
+    The choice is ``self.gemm``, the timings ``self.gemm_times`` (empty unless ``"auto"`` chose).
+
+    ``lib``: the compiled library (default: :func:`library`, this package's, built on first use).
     """
 
     def __init__(
@@ -313,7 +320,12 @@ class NativeScorer(ChunkScorer):
             return gemm
         if not lib.orm_gemm_available(GEMMS.index("onednn")):
             return "mkl"
-        self.gemm_times = gemm_times(width, inter, rows=min(self.max_tokens, AUTO_ROWS), threads=self.threads, lib=lib)
+        rows = min(self.max_tokens, AUTO_ROWS)
+        key = (lib._name, width, inter, rows, self.threads)
+        with _lock:  # one timing per shape and thread count in a process: scorers built later take it
+            if key not in _timed:
+                _timed[key] = gemm_times(width, inter, rows=rows, threads=self.threads, lib=lib)
+            self.gemm_times = dict(_timed[key])
         return min(self.gemm_times, key=self.gemm_times.__getitem__)
 
     def _check(self, rc: int, what: str, bad: int = -1) -> None:

@@ -116,6 +116,17 @@ def test_auto_takes_the_kernel_that_timed_faster(trained_model):
     assert chosen.gemm == "mkl" and chosen.gemm_times == {}  # named: not timed
 
 
+def test_auto_times_the_kernels_once_per_shape_and_thread_count(trained_model, monkeypatch):
+    _needs("onednn")
+    timings, real = [], native.gemm_times
+    monkeypatch.setattr(native, "_timed", {})
+    monkeypatch.setattr(native, "gemm_times", lambda *a, **k: timings.append(k["threads"]) or real(*a, **k))  # counts the real timer's calls
+    first, again = NativeScorer(trained_model, threads=1), NativeScorer(trained_model, threads=1)
+    assert timings == [1] and again.gemm_times == first.gemm_times and again.gemm == first.gemm
+    NativeScorer(trained_model, threads=2)  # another thread count: timed again
+    assert timings == [1, 2]
+
+
 def test_the_kernel_timers_time_both_kernels_and_refuse_empty_sizes():
     _needs("onednn")
     assert all(native.matmul_ms(gemm, 64, reps=2) > 0 for gemm in native.GEMMS)
