@@ -44,7 +44,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4, help="passes over the tasks (default 4)")
     ap.add_argument("--threads", type=int, default=1, help="threads for the linear layers (default 1)")
     ap.add_argument("--gemm", choices=[*GEMMS, "auto"], default="auto",
-                    help="the linear layers' matrix kernel (default auto: the faster here, timed when the scorer is built)")
+                    help="the linear layers' matrix kernel (default auto: the faster here, timed when the first scorer of this shape is built)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()

@@ -9,7 +9,7 @@ latency. This scorer runs the whole forward pass in one call to ``native_score.c
 first use with the machine's C compiler, ``-O3 -march=native``, and cached): the linear layers on
 one of the two matrix kernels PyTorch's x86-64 builds carry, their weights laid out once for it
 (MKL's packed sgemm, or oneDNN's brgemm micro-kernel; by default whichever runs this model's
-products faster on this machine, timed when the scorer is built: MKL runs its AVX2 code on AMD
+products faster on this machine, timed once per shape in a process: MKL runs its AVX2 code on AMD
 CPUs), attention computed only over the keys each block of queries may see (a prompt's tokens
 over their prompt; an action's over its prompt, then itself), and every other step one loop over
 the data (bias and activation, residual and LayerNorm). ``benchmarks/results/latency.md`` times it
