@@ -156,8 +156,8 @@ static int pack_weight(linear_t *lin, const float *w) {
         return OK;
     }
     /* W^T (k, n) as panels of PANEL columns (the last one narrower), each (k, cols) contiguous:
-     * a call's weights are one stream, with no stride of n floats (a multiple of 4 KB, n = 1024,
-     * made the same products 25% slower) */
+     * a call's weights are one stream, with no stride of n floats (a multiple of 4 KB at n = 1024,
+     * where the same products ran slower) */
     float *p = lin->packed = malloc((size_t)n * k * sizeof(float));
     if (!p) return ERR_MEMORY;
     for (int j = 0; j < n; j += PANEL) {
