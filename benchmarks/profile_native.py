@@ -107,7 +107,7 @@ def main() -> int:
         f"{rates[0] / 1e9:.0f} and {rates[1] / 1e9:.0f} GFLOP/s; by kernel, mean "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1]))
         + f"). The linear layers run on {KERNELS[scorer.gemm]}"
-        + (" (chosen by timing one layer's products when the scorer was built: "
+        + (" (chosen by timing one layer's products when the first scorer of this shape was built: "
            + ", ".join(f"{KERNELS[k]} {v:.2f} ms" for k, v in scorer.gemm_times.items()) + ")" if scorer.gemm_times else "")
         + ".",
         "",
