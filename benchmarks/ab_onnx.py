@@ -61,7 +61,7 @@ def record(out: Path, result: dict) -> None:
         out, runs, title="OnnxScorer A/B: this checkout against another revision",
         intro="`python benchmarks/ab_onnx.py --against REV [...]`: both scorers score the same sandbox tasks (a question "
               "and its 8 plans a call), call for call in turn; ratio = median of the per-call time ratios (new / old).",
-        column="dense up to", cell=lambda r: str(r["dense_max_tokens"]),
+        column="dense up to", cell=lambda r: str(r["dense_max_tokens"]), numeric=True,
     )
 
 

@@ -105,15 +105,16 @@ def common_args(ap: argparse.ArgumentParser, *, results: Path, threads_help: str
 
 
 def write_table(out: Path, runs: dict[str, dict], *, title: str, intro: str, column: str,
-                cell: Callable[[dict], str]) -> None:
-    """``out``'s .md: one row per comparison; ``column`` and ``cell`` (of a result) are the script's own column."""
+                cell: Callable[[dict], str], numeric: bool = False) -> None:
+    """``out``'s .md: one row per comparison; ``column`` and ``cell`` (of a result) are the
+    script's own column, right-aligned when ``numeric``."""
     lines = [
         f"# {title}",
         "",
         intro,
         "",
         f"| checkout | baseline | CPU | encoder | layout | threads | {column} | calls | old p50 ms | new p50 ms | new / old | largest reward diff |",
-        "|---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|",
+        f"|---|---|---|---|---|---:|{'---:' if numeric else '---'}|---:|---:|---:|---:|---:|",
     ]
     for r in runs.values():
         lines.append(f"| {r['checkout']} | {r['baseline']} | {r.get('cpu', 'not recorded')} | {r['encoder']} | {r['architecture']} | "

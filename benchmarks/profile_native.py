@@ -42,7 +42,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=6, help="tasks per domain (default 6)")
     ap.add_argument("--rounds", type=int, default=4, help="passes over the tasks (default 4)")
-    ap.add_argument("--threads", type=int, default=1, help="threads for the linear layers (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="threads of each call: the linear layers, attention's heads, the element-wise rows (default 1)")
     ap.add_argument("--gemm", choices=[*GEMMS, "auto"], default="auto",
                     help="the linear layers' matrix kernel (default auto: the faster here, timed when the first scorer of this shape is built)")
     ap.add_argument("--seed", type=int, default=7)

@@ -276,10 +276,10 @@ class NativeScorer(ChunkScorer):
 
     ``gemm``: the linear layers' matrix kernel (:data:`GEMMS`). ``"mkl"``: MKL, the weights packed
     for it (it runs its AVX2 code on AMD CPUs). ``"onednn"``: oneDNN's brgemm micro-kernel, the
-    weights in panels of 64 columns; it compiles its kernel for each new row count (at most 64 of
-    them) on its first use in a thread, about 0.1 ms each. ``"auto"`` (the default): the faster
-    of the two here, timed on one layer's products of :data:`AUTO_ROWS` tokens (a few tens of
-    milliseconds) when the first scorer of this shape and thread count is built in the process.
+    weights in panels of 64 columns; it compiles a kernel for each new row count (at most 64 per
+    layer shape) on its first use in a thread, about 0.1 ms each. ``"auto"`` (the default): the
+    faster of the two here, timed on one layer's products of :data:`AUTO_ROWS` tokens (a fraction
+    of a second) when the first scorer of this shape and thread count is built in the process.
     The choice is ``self.gemm``, the timings ``self.gemm_times`` (empty unless ``"auto"`` chose).
 
     ``lib``: the compiled library (default: :func:`library`, this package's, built on first use).
