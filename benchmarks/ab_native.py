@@ -32,7 +32,7 @@ from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.native import GEMMS, NativeScorer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ab_runs import alternate, common_args, keep, module_at, source_at, write_table  # noqa: E402
+from ab_runs import alternate, common_args, module_at, record, source_at  # noqa: E402
 from bench_latency import RESULTS, default_model, sandbox_tasks  # noqa: E402
 
 
@@ -44,20 +44,6 @@ def scorer_at(revision: str, tmp: Path):
     source = source_at(revision, "orchrm/native_score.c").encode()
     lib = module.load(module._build(source, Path(torch.__file__).parent / "lib"))
     return module.NativeScorer, lib
-
-
-def record(out: Path, result: dict) -> None:
-    """Add ``result`` to ``out`` (.json, one entry per comparison, a rerun replacing its entry) and its .md table."""
-    key = (f"{result['checkout']} vs {result['baseline']} on {result['cpu']}: {result['encoder']}, "
-           f"{result['architecture']}, {result['threads']} thread(s), gemm {result['gemm']}")
-    runs = keep(out, key, result, "NativeScorer A/B, calls alternating in one process")
-    write_table(
-        out, runs, title="NativeScorer A/B: this checkout against another revision",
-        intro="`python benchmarks/ab_native.py --against REV [...]`: both scorers score the same sandbox tasks (a question "
-              "and its 8 plans a call), call for call in turn; ratio = median of the per-call time ratios (new / old). "
-              "gemm: this checkout's matrix kernel as asked (auto: as it chose), and the baseline's where it has a choice.",
-        column="gemm (new, old)", cell=lambda r: f"{r['new_gemm']}, {r['old_gemm']}",
-    )
 
 
 def main() -> int:
@@ -91,7 +77,9 @@ def main() -> int:
         "old_gemm": getattr(scorers["old"], "gemm", "mkl"),
     }
     print(json.dumps(result, indent=2))
-    record(args.out, result)
+    record(args.out, result, scorer="NativeScorer", setting=f"gemm {result['gemm']}",
+           column="gemm (new, old)", cell=lambda r: f"{r['new_gemm']}, {r['old_gemm']}",
+           note="gemm: this checkout's matrix kernel as asked (auto: as it chose), and the baseline's where it has a choice.")
     return 0
 
 

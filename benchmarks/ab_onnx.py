@@ -33,7 +33,7 @@ from orchrm import BradleyTerryModel, onnxrt  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ab_runs import alternate, common_args, keep, module_at, write_table  # noqa: E402
+from ab_runs import alternate, common_args, module_at, record  # noqa: E402
 from bench_latency import RESULTS, sandbox_tasks  # noqa: E402
 
 
@@ -50,19 +50,6 @@ def quiet_scorer(cls, model: BradleyTerryModel, threads: int):
     options = session_options(threads, spinning=False)
     scorer.session = ort.InferenceSession(scorer.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return scorer
-
-
-def record(out: Path, result: dict) -> None:
-    """Add ``result`` to ``out`` (.json, one entry per comparison, a rerun replacing its entry) and its .md table."""
-    key = (f"{result['checkout']} vs {result['baseline']} on {result.get('cpu', 'an unrecorded CPU')}: {result['encoder']}, {result['architecture']}, "
-           f"{result['threads']} thread(s), dense up to {result['dense_max_tokens']} tokens")
-    runs = keep(out, key, result, "OnnxScorer A/B, calls alternating in one process")
-    write_table(
-        out, runs, title="OnnxScorer A/B: this checkout against another revision",
-        intro="`python benchmarks/ab_onnx.py --against REV [...]`: both scorers score the same sandbox tasks (a question "
-              "and its 8 plans a call), call for call in turn; ratio = median of the per-call time ratios (new / old).",
-        column="dense up to", cell=lambda r: str(r["dense_max_tokens"]), numeric=True,
-    )
 
 
 def main() -> int:
@@ -93,7 +80,8 @@ def main() -> int:
         "dense_max_tokens": onnxrt.DENSE_MAX_TOKENS,
     }
     print(json.dumps(result, indent=2))
-    record(args.out, result)
+    record(args.out, result, scorer="OnnxScorer", setting=f"dense up to {result['dense_max_tokens']} tokens",
+           column="dense up to", cell=lambda r: str(r["dense_max_tokens"]), numeric=True)
     return 0
 
 

@@ -85,14 +85,6 @@ def alternate(scorers: dict, cases: Sequence[tuple[str, list[str]]], args: argpa
     }
 
 
-def keep(out: Path, key: str, result: dict, benchmark: str) -> dict[str, dict]:
-    """Add ``result`` under ``key`` to the comparisons in ``out`` (a rerun replacing its entry); all of them."""
-    runs = json.loads(out.read_text())["comparisons"] if out.exists() else {}
-    runs[key] = result
-    write_json(out, {"benchmark": benchmark, "comparisons": runs})
-    return runs
-
-
 def common_args(ap: argparse.ArgumentParser, *, results: Path, threads_help: str) -> None:
     """The A/B scripts' shared options: the model, the threads, how many calls, the results file."""
     ap.add_argument("--encoder", default="scratch", help="scratch (default) or minilm")
@@ -104,14 +96,24 @@ def common_args(ap: argparse.ArgumentParser, *, results: Path, threads_help: str
                     help=f"results file, one entry per comparison (default results/{results.name}, and .md beside it)")
 
 
-def write_table(out: Path, runs: dict[str, dict], *, title: str, intro: str, column: str,
-                cell: Callable[[dict], str], numeric: bool = False) -> None:
-    """``out``'s .md: one row per comparison; ``column`` and ``cell`` (of a result) are the
-    script's own column, right-aligned when ``numeric``."""
+def record(out: Path, result: dict, *, scorer: str, setting: str, column: str, cell: Callable[[dict], str],
+           numeric: bool = False, note: str = "") -> None:
+    """Add ``result`` to ``out`` (.json, one entry per comparison, a rerun replacing its entry) and
+    write the .md table beside it. ``scorer``: the class compared; ``setting``: what else tells
+    this comparison apart (in its key); ``column`` and ``cell`` (of a result): the script's own
+    column, right-aligned when ``numeric``; ``note``: said under the table's intro."""
+    key = (f"{result['checkout']} vs {result['baseline']} on {result.get('cpu', 'an unrecorded CPU')}: {result['encoder']}, "
+           f"{result['architecture']}, {result['threads']} thread(s), {setting}")
+    runs = json.loads(out.read_text())["comparisons"] if out.exists() else {}
+    runs[key] = result
+    write_json(out, {"benchmark": f"{scorer} A/B, calls alternating in one process", "comparisons": runs})
+    script = Path(sys.argv[0]).name
     lines = [
-        f"# {title}",
+        f"# {scorer} A/B: this checkout against another revision",
         "",
-        intro,
+        f"`python benchmarks/{script} --against REV [...]`: both scorers score the same sandbox tasks (a question "
+        "and its 8 plans a call), call for call in turn; ratio = median of the per-call time ratios (new / old)."
+        + (f" {note}" if note else ""),
         "",
         f"| checkout | baseline | CPU | encoder | layout | threads | {column} | calls | old p50 ms | new p50 ms | new / old | largest reward diff |",
         f"|---|---|---|---|---|---:|{'---:' if numeric else '---'}|---:|---:|---:|---:|---:|",

@@ -162,6 +162,17 @@ def _brgemm_ms(n: int, reps: int) -> float | None:
     return native.matmul_ms("onednn", n, threads=torch.get_num_threads(), reps=reps)
 
 
+def rates_around(samples: list[dict[str, float]]) -> tuple[list[float], dict[str, float], str]:
+    """From :func:`matmul_rates` samples taken before and after some calls: the fastest kernel's
+    rate in each (FLOP/s), each kernel's mean (GFLOP/s), and the sentence the profiles print of them."""
+    rates = [max(sample.values()) for sample in samples]
+    by_kernel = {k: statistics.mean(sample[k] for sample in samples) / 1e9 for k in samples[0]}
+    text = ("the fastest 1024x1024 fp32 matmul kernel's rate, sampled before and after the calls: "
+            + " and ".join(f"{r / 1e9:.0f}" for r in rates) + " GFLOP/s; by kernel, mean "
+            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1])))
+    return rates, by_kernel, text
+
+
 def measure(model: BradleyTerryModel, cases: list[tuple[str, list[str]]], *, rounds: int,
             scorers: dict[str, Callable[[str, list[str]], object]]) -> dict[str, dict]:
     """p50 latency of each of ``scorers`` (runtime name -> ``score(question, plans)`` of ``model``)

@@ -30,7 +30,7 @@ from orchrm.errors import ConfigError  # noqa: E402
 from orchrm.native import GEMMS, PHASES, NativeScorer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import batch_flops, default_model, matmul_rates, sandbox_tasks  # noqa: E402
+from bench_latency import batch_flops, default_model, matmul_rates, rates_around, sandbox_tasks  # noqa: E402
 from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
 
 #: the kernels by NativeScorer's names for them
@@ -72,8 +72,7 @@ def main() -> int:
             calls.append(time.perf_counter() - t)
     phases = scorer.profile(on=False)
     samples.append(matmul_rates(1024, reps=3))
-    rates = [max(sample.values()) for sample in samples]
-    by_kernel = {k: statistics.mean(sample[k] for sample in samples) / 1e9 for k in samples[0]}
+    rates, by_kernel, rates_text = rates_around(samples)
 
     assert phases["chunks"] == len(calls), "one chunk per call: 8 plans of one task fit in one"
     phase_ms = {p: phases[p] for p in PHASES}
@@ -103,10 +102,7 @@ def main() -> int:
         "",
         f"Its phase timers over {len(calls)} calls, {args.threads} thread(s) of a {cpu_model()}; means per call. "
         f"Whole call: mean {mean_ms:.2f} ms, p50 {p50_ms:.2f} ms ({p50_ms / limit_ms:.2f}x the limit); the compute limit of the same work in this run: "
-        f"{limit_ms:.2f} ms (the fastest 1024x1024 fp32 matmul kernel's rate, sampled before and after the calls: "
-        f"{rates[0] / 1e9:.0f} and {rates[1] / 1e9:.0f} GFLOP/s; by kernel, mean "
-        + ", ".join(f"{k} {v:.0f}" for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1]))
-        + f"). The linear layers run on {KERNELS[scorer.gemm]}"
+        f"{limit_ms:.2f} ms ({rates_text}). The linear layers run on {KERNELS[scorer.gemm]}"
         + (" (chosen by timing one layer's products when the first scorer of this shape was built: "
            + ", ".join(f"{KERNELS[k]} {v:.2f} ms" for k, v in scorer.gemm_times.items()) + ")" if scorer.gemm_times else "")
         + ".",

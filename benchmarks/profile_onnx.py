@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from orchrm.onnxrt import OnnxScorer, graph_inputs, session_options  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import batch_flops, default_model, matmul_rates, sandbox_tasks  # noqa: E402
+from bench_latency import batch_flops, default_model, matmul_rates, rates_around, sandbox_tasks  # noqa: E402
 from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -82,8 +82,7 @@ def main() -> int:
             session.run(None, inputs)
         events = json.loads(Path(session.end_profiling()).read_text())
     samples.append(matmul_rates(1024, reps=3))
-    rates = [max(sample.values()) for sample in samples]
-    by_kernel = {k: statistics.mean(sample[k] for sample in samples) / 1e9 for k in samples[0]}
+    rates, by_kernel, rates_text = rates_around(samples)
 
     runs = [e for e in events if e.get("name") == "model_run"][len(cases) :]
     per_call: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(runs))
@@ -119,10 +118,8 @@ def main() -> int:
         f"ONNX Runtime's profiler over {len(runs)} calls, {args.threads} thread(s) of a {cpu_model()}, "
         f"{'dense' if dense else 'row-wise'} attention graph; medians per call. "
         f"`session.run`: {run_ms:.2f} ms; the Python side of `score` (tokenize, pack, inputs): {python_ms:.2f} ms; "
-        f"the compute limit of the same work in this run: {limit_ms:.2f} ms (the fastest 1024x1024 fp32 matmul kernel's rate, "
-        f"sampled before and after the calls: {rates[0] / 1e9:.0f} and {rates[1] / 1e9:.0f} GFLOP/s; by kernel, mean "
-        + ", ".join(f"{k} {v:.0f}" for k, v in sorted(by_kernel.items(), key=lambda kv: -kv[1]))
-        + f"; ONNX Runtime's Gemm runs on MLAS). The linear layers alone "
+        f"the compute limit of the same work in this run: {limit_ms:.2f} ms ({rates_text}"
+        f"; ONNX Runtime's Gemm runs on MLAS). The linear layers alone "
         f"(Gemm) take {gemm_ms:.2f} ms = {gemm_ms / limit_ms:.2f}x the limit.",
         "",
         "| operator | kernel ms per call | share of session.run |",

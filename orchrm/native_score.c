@@ -350,6 +350,12 @@ static void add_norm(float *restrict skip, const float *restrict x, const float 
     norm(skip, ln, w);
 }
 
+/* skip <- LayerNorm(skip + x + bias) for each of t rows of w, the rows shared out over threads */
+static void add_norm_rows(float *skip, const float *x, const float *bias, const norm_t *ln, int t, int w, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int i = 0; i < t; i++) add_norm(skip + (size_t)i * w, x + (size_t)i * w, bias, ln, w);
+}
+
 /* x <- act(x + bias) over t rows of n, the rows shared out over threads; tmp (t * n floats):
  * scratch for the tanh form */
 static void activate(float *restrict x, const float *restrict bias, int t, int n, int act, float *restrict tmp,
@@ -748,8 +754,7 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
         /* h <- LayerNorm(h + ctx W_o + b_o); h <- LayerNorm(h + act(h W_i + b_i) W_f + b_f) */
         linear(&L->out, ctx, t, tmp, threads);
         tick(m, &since, PH_LINEAR);
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-        for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, tmp + (size_t)i * w, L->out.bias, &L->ln1, w);
+        add_norm_rows(h, tmp, L->out.bias, &L->ln1, t, w, team);
         tick(m, &since, PH_NORM);
         linear(&L->inter, h, t, big, threads);
         tick(m, &since, PH_LINEAR);
@@ -757,8 +762,7 @@ int orm_score(void *handle, int t, const int64_t *ids, const int64_t *positions,
         tick(m, &since, PH_ACT);
         linear(&L->ffn, big, t, ctx, threads);
         tick(m, &since, PH_LINEAR);
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-        for (int i = 0; i < t; i++) add_norm(h + (size_t)i * w, ctx + (size_t)i * w, L->ffn.bias, &L->ln2, w);
+        add_norm_rows(h, ctx, L->ffn.bias, &L->ln2, t, w, team);
         tick(m, &since, PH_NORM);
     }
     for (int a = 0; a < actions; a++) { /* mean over the pooled tokens */
