@@ -809,6 +809,11 @@ done:
     return rc;
 }
 
+/* x[0, n) <- a fixed sequence of values in [-0.5, 0.5) (no denormals, no overflow): the timers' inputs */
+static void fill_random(float *x, size_t n, uint32_t state) {
+    for (size_t i = 0; i < n; i++) x[i] = (state = state * 1664525u + 1013904223u) / 4294967296.0f - 0.5f;
+}
+
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -828,8 +833,7 @@ int orm_time_gemm(int rows, int width, int inter, int threads, int reps, double 
     double *spent = malloc(2 * (size_t)reps * sizeof(double));
     int rc = ERR_MEMORY, kernels = 0;
     if (!w || !x || !y || !spent) goto done;
-    uint32_t state = 12345u; /* values in [-0.5, 0.5): no denormals, no overflow */
-    for (size_t i = 0; i < weights; i++) w[i] = (state = state * 1664525u + 1013904223u) / 4294967296.0f - 0.5f;
+    fill_random(w, weights, 12345u);
     for (size_t i = 0; i < (size_t)rows * wide; i++) x[i] = w[i % weights];
     for (int g = 0; g < 2; g++) {
         out[g] = NAN;
@@ -879,8 +883,8 @@ int orm_time_matmul(int gemm, int n, int threads, int reps, double *best) {
     float *w = malloc(nn * sizeof(float)), *x = malloc(nn * sizeof(float)), *y = malloc(nn * sizeof(float));
     int rc = ERR_MEMORY;
     if (!w || !x || !y) goto done;
-    uint32_t state = 54321u;
-    for (size_t i = 0; i < nn; i++) w[i] = x[nn - 1 - i] = (state = state * 1664525u + 1013904223u) / 4294967296.0f - 0.5f;
+    fill_random(w, nn, 54321u);
+    fill_random(x, nn, 12345u);
     set_linear_shape(&lin, n, n, gemm);
     if (pack_weight(&lin, w)) goto done;
     const int before = threads > 0 ? MKL_Set_Num_Threads_Local(threads) : 0;

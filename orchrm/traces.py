@@ -410,7 +410,9 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
                 bad_plans.append(i)
             elif "<agent" in text:
                 try:
-                    parsed = plans[text] if text in plans else plans.setdefault(text, Plan.parse(text))
+                    if text not in plans:
+                        plans[text] = Plan.parse(text)
+                    parsed = plans[text]
                 except Exception:
                     bad_plans.append(i)
                     continue
@@ -437,8 +439,8 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     out["domain"] = df["domain"].fillna("custom").astype(str) if "domain" in df.columns else "custom"
     out["node_id"] = df["node_id"].fillna("final").astype(str) if "node_id" in df.columns else "final"
     out["agent"] = df["agent"].fillna("external").astype(str) if "agent" in df.columns else "external"
-    if "node_id" not in df.columns:  # a row of an <agent> plan is its sink's output
-        for i, text in df["plan_text"].items() if plans else ():
+    if "node_id" not in df.columns and plans:  # a row of an <agent> plan is its sink's output
+        for i, text in df["plan_text"].items():
             if text in plans:
                 out.at[i, "node_id"] = plans[text].sink
     group = df["plan_id"].astype(str) if "plan_id" in df.columns else None
