@@ -187,6 +187,63 @@ class TrainConfig(_Frozen):
     seed: int = Field(0, ge=0)
 
 
+class GatesConfig(_Frozen):
+    """Promotion gates (DESIGN §7): a candidate becomes ``champion`` only when every enabled gate
+    passes. Each default protects against one way a model can look good and be useless."""
+
+    #: held-out pairwise accuracy (all granularities); below it the model barely ranks
+    min_pairwise_accuracy: float = Field(0.6, ge=0.0, le=1.0)
+    #: N at which best-of-N gates are read
+    best_of: int = Field(8, ge=2)
+    #: best-of-``best_of`` mean quality minus N = 1 (a random plan), in quality points (0-1 scale)
+    min_best_of_n_gain: float = Field(0.02, ge=-1.0, le=1.0)
+    #: RM best-of-N must beat always-the-priciest-plan (else it learned only "spend more")
+    beat_cost_only: bool = True
+    #: p50 milliseconds to score ``best_of`` candidates of one question on this machine
+    max_scoring_latency_ms: float = Field(250.0, gt=0)
+    #: must beat the current champion's best-of-N on the same tasks and candidates, same run
+    beat_champion: bool = True
+    #: how much better than the champion counts as better (quality points); ties keep the champion
+    champion_margin: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class EvaluateConfig(_Frozen):
+    """Held-out evaluation (DESIGN §7): fresh tasks from ``seed`` (never the collection seed),
+    ``candidates`` plans each, every candidate executed once per pool seed and re-run ``repeats``
+    times for its expected quality."""
+
+    tasks_per_domain: int = Field(30, ge=1)
+    candidates: int = Field(16, ge=2, le=64)
+    best_of: tuple[int, ...] = (1, 2, 4, 8, 16)
+    #: candidate pools drawn (execution seeds); their spread is reported beside the task interval
+    pool_seeds: tuple[int, ...] = (0, 1, 2)
+    #: re-runs per candidate for the expected-quality oracle (0 = skip the oracle)
+    repeats: int = Field(10, ge=0)
+    #: seed of the held-out tasks; must differ from collect.seed
+    seed: int = Field(2026, ge=0)
+    #: bootstrap resamples (over tasks) for the 95% intervals
+    bootstrap: int = Field(1000, ge=0)
+    #: bins of the reliability diagram / ECE
+    calibration_bins: int = Field(10, ge=2)
+    gates: GatesConfig = Field(default_factory=GatesConfig)
+
+    @field_validator("best_of", "pool_seeds")
+    @classmethod
+    def _sorted_unique(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or min(value) < 0:
+            raise ValueError("give at least one value, each >= 0")
+        return tuple(sorted(set(value)))
+
+
+class RegistryConfig(_Frozen):
+    """MLflow tracking and the model registry (DESIGN §8). ``MLFLOW_TRACKING_URI`` overrides
+    ``tracking_uri``; without either the store is SQLite under ``data_dir``."""
+
+    tracking_uri: str | None = None
+    experiment: str = "orchrm"
+    model_name: str = "orchrm-reward"
+
+
 class PipelineConfig(_Frozen):
     """The whole pipeline. ``data_dir`` holds run data (tables, models, tracking store)."""
 
@@ -196,6 +253,17 @@ class PipelineConfig(_Frozen):
     pairs: PairsConfig = Field(default_factory=PairsConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
+
+    @model_validator(mode="after")
+    def _held_out_seed(self) -> PipelineConfig:
+        if self.evaluate.seed == self.collect.seed:
+            raise ValueError(
+                f"evaluate.seed ({self.evaluate.seed}) equals collect.seed: held-out tasks would be training "
+                "tasks; choose another evaluate.seed"
+            )
+        return self
 
     def data_path(self, *parts: str) -> Path:
         """A path under ``data_dir`` (relative paths resolve from the current directory)."""

@@ -48,3 +48,12 @@ class SandboxUnavailableError(OrchRMError, RuntimeError):
     """The code sandbox itself failed (its worker could not start, or could not run a job), so
     no program ran: its quality is not 0 but unmeasured. Stops the collection rather than
     scoring every program 0.0, which would turn into wrong chosen-over-rejected pairs."""
+
+
+class PromotionRejected(OrchRMError):
+    """A candidate failed a gate, so it cannot become ``champion``; names every failed gate."""
+
+
+class RegistryError(OrchRMError, RuntimeError):
+    """The model registry cannot answer (unreachable tracking server, missing alias or version,
+    files gone or corrupt); says what to do."""
