@@ -26,8 +26,6 @@ BENCHES = {
     "pairs": "bench_pairs.py",
     "accuracy": "bench_accuracy.py",
     "latency": "bench_latency.py",
-    "onnx_profile": "profile_onnx.py",
-    "native_profile": "profile_native.py",
     "train": "bench_train.py",
 }
 

@@ -32,8 +32,6 @@ _EXPORTS: dict[str, str] = {
     "BradleyTerryModel": "orchrm.model",
     "bt_loss": "orchrm.model",
     "Trainer": "orchrm.train",
-    "OnnxScorer": "orchrm.onnxrt",
-    "NativeScorer": "orchrm.native",
     "load_config": "orchrm.config",
     "PipelineConfig": "orchrm.config",
 }

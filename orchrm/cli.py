@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="orchrm",
         description="Train reward models for multi-agent orchestration from the artifacts your system already produces.",
         epilog="Pipeline: collect (or ingest your own traces) -> validate -> pairs -> validate -> train; then score "
-        "candidates from Python (BradleyTerryModel.load(...).score, OnnxScorer or NativeScorer). `orchrm demo` runs it all on "
+        "candidates from Python (BradleyTerryModel.load(...).score). `orchrm demo` runs it all on "
         "embedded defaults. The settings the README's measurements use: --config configs/default.yaml.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

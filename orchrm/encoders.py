@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,8 +42,6 @@ from torch import Tensor, nn
 
 from orchrm.config import ModelConfig
 from orchrm.errors import ConfigError, ModelFileError
-
-T = TypeVar("T")
 
 #: special tokens of the scratch tokenizer, in id order
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
@@ -243,25 +241,6 @@ def supports_shared_prompt(encoder: nn.Module) -> bool:
         and getattr(cfg, "position_embedding_type", "absolute") == "absolute"
         and not getattr(cfg, "is_decoder", False)
     )
-
-
-def scorer_activation(encoder: nn.Module, known: Mapping[str, T], scorer: str) -> T:
-    """What ``known`` maps a BERT-family ``encoder``'s activation to: the CPU scorers' check.
-
-    A ConfigError that names ``scorer`` and the fix (``model.score``) for another kind of encoder
-    or an activation ``known`` lacks.
-    """
-    if not supports_shared_prompt(encoder):
-        raise ConfigError(
-            f"{scorer} supports BERT-family encoders; this model's encoder is "
-            f"{encoder.config.model_type!r}: score with model.score(...)"
-        )
-    act = encoder.config.hidden_act
-    if not isinstance(act, str) or act not in known:
-        raise ConfigError(
-            f"{scorer} knows the activations {sorted(known)}; this encoder uses {act!r}: score with model.score(...)"
-        )
-    return known[act]
 
 
 def usable_positions(encoder: nn.Module) -> int | None:
@@ -469,14 +448,6 @@ def _fused_qkv(att: nn.Module) -> tuple[Tensor, Tensor]:
             cached = (torch.cat(parts[:3]), torch.cat(parts[3:]))
         att._orchrm_fused_qkv = cached
     return cached
-
-
-def scaled_qkv(att: nn.Module, head_dim: int) -> tuple[Tensor, Tensor]:
-    """:func:`_fused_qkv` with the query rows scaled by 1/sqrt(head_dim): scores = (q / sqrt(d)) . k."""
-    w, b = _fused_qkv(att)
-    scale = torch.ones(w.shape[0], dtype=w.dtype, device=w.device)
-    scale[: w.shape[0] // 3] = head_dim**-0.5
-    return w * scale[:, None], b * scale
 
 
 @contextlib.contextmanager

@@ -14,7 +14,8 @@ metadata the model config, the encoder's ``transformers`` config, the tokenizer 
 special token ids, the reward mean/std, the learning rate and a manifest (data hash, counts,
 metrics). Loading parses JSON and tensors only: no pickle, no code from the file, no download, and
 the round trip is bit-exact. Training checkpoints are the same format with extra ``trainer.*``
-tensors, so a checkpoint also loads as a model.
+tensors (:meth:`BradleyTerryModel.write_file`), so a checkpoint also loads as a model. The file is
+read and checked by :class:`orchrm.modelfile.ModelFile`.
 """
 
 from __future__ import annotations
@@ -23,27 +24,20 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import ValidationError
 from torch import Tensor, nn
 
 from orchrm import encoders
 from orchrm.config import ModelConfig, with_overrides
 from orchrm.encoders import SpecialIds, TokenBatch
 from orchrm.errors import ConfigError, ModelFileError
-from orchrm.traces import atomic_write_bytes
-
-FILE_FORMAT = "orchrm.bradley-terry"
-FILE_VERSION = 1
-#: file name of the model inside a directory (``orchrm train --out DIR`` writes DIR/model.safetensors)
-MODEL_FILE = "model.safetensors"
+from orchrm.fileio import atomic_write_bytes
+from orchrm.modelfile import FILE_FORMAT, FILE_VERSION, MODEL_FILE, ModelFile
 
 
 def bt_loss(
@@ -91,81 +85,6 @@ def pair_up(prompts: str | Sequence[str], actions: Sequence[str]) -> tuple[list[
             "action) or a list with one prompt per action"
         )
     return prompts, actions
-
-
-@dataclass(frozen=True)
-class ScoringTexts:
-    """A scoring call's token ids: its distinct prompts, its actions, and each action's prompt."""
-
-    prompt_ids: list[list[int]]
-    action_ids: list[list[int]]
-    which: list[int]  # index into prompt_ids, per action
-    packer: Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]], Sequence[int]], TokenBatch]
-
-    def chunks(self, config: ModelConfig, max_tokens: int) -> list[range]:
-        """Consecutive action ranges of at most ``max_tokens`` packed tokens each (at least one action)."""
-        shared = config.architecture == "shared_prompt"
-        framed = [encoders.framed_prompt_length(len(p), config.prompt_length()) for p in self.prompt_ids]
-        chunks, lo, tokens, seen = [], 0, 0, set()
-        for i, (a, j) in enumerate(zip(self.action_ids, self.which, strict=True)):
-            body = encoders.action_body_length(len(a), framed[j], config.max_length)
-            need = body + (framed[j] if (not shared or j not in seen) else 0)
-            if i > lo and tokens + need > max_tokens:
-                chunks.append(range(lo, i))
-                lo, tokens, seen = i, 0, set()
-                need = body + framed[j]
-            tokens += need
-            seen.add(j)
-        chunks.append(range(lo, len(self.action_ids)))
-        return chunks
-
-    def pack(self, chunk: range) -> TokenBatch:
-        """The actions of ``chunk`` in one batch, with each prompt they use once."""
-        local = {j: k for k, j in enumerate(dict.fromkeys(self.which[i] for i in chunk))}
-        return self.packer(
-            [self.prompt_ids[j] for j in local], [self.action_ids[i] for i in chunk], [local[self.which[i]] for i in chunk]
-        )
-
-
-#: a CPU scorer's chunk holds at most this many tokens (unless one action alone is longer)
-DEFAULT_MAX_TOKENS = 512
-
-
-class ChunkScorer:
-    """What the CPU scorers (:class:`orchrm.onnxrt.OnnxScorer`, :class:`orchrm.native.NativeScorer`)
-    share: their settings, checked, and :meth:`score`, which cuts a call into chunks of at most
-    ``max_tokens`` packed tokens and hands each to the subclass's ``_run`` (rewards of one chunk).
-
-    ``threads``: the runtime's threads (default: ``torch.get_num_threads()``). The model's config,
-    tokenizer and reward statistics are taken as they are now.
-    """
-
-    def __init__(self, model: BradleyTerryModel, *, threads: int | None, max_tokens: int) -> None:
-        if not model.fitted:
-            raise ConfigError("this model has no tokenizer yet: train it (or call model.fit_tokenizer) before scoring")
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        threads = torch.get_num_threads() if threads is None else threads
-        if threads < 1:
-            raise ValueError("threads must be >= 1")
-        self.model_config = model.config
-        self.max_tokens = max_tokens
-        self.threads = threads
-        self._scoring_texts = model.scoring_texts
-        self.reward_mean = model.reward_mean
-        self.reward_std = model.reward_std
-
-    def _run(self, batch: TokenBatch) -> np.ndarray:
-        raise NotImplementedError
-
-    def score(self, prompts: str | Sequence[str], actions: Sequence[str], *, normalize: bool = False) -> Tensor:
-        """Rewards (N,) float32 for N (prompt, action) texts; the contract of :meth:`BradleyTerryModel.score`."""
-        texts = self._scoring_texts(prompts, actions)
-        if texts is None:
-            return torch.zeros(0)
-        out = [self._run(texts.pack(chunk)) for chunk in texts.chunks(self.model_config, self.max_tokens)]
-        rewards = torch.from_numpy(np.concatenate(out))
-        return (rewards - self.reward_mean) / self.reward_std if normalize else rewards
 
 
 @contextlib.contextmanager
@@ -354,14 +273,12 @@ class BradleyTerryModel(nn.Module):
         ``prompts`` is one string shared by every action, or one per action. Deterministic; a
         text's reward does not depend on ``batch_size`` or on the other texts of the call (to
         within float32 rounding in attention, < 1e-5; tests pin it). Each distinct prompt of a
-        chunk is encoded once. ``normalize`` maps rewards to ``(r - reward_mean) / reward_std``.
-        On a CPU, :class:`orchrm.onnxrt.OnnxScorer` and :class:`orchrm.native.NativeScorer` give the
-        same rewards with less overhead.
+        batch is encoded once. ``normalize`` maps rewards to ``(r - reward_mean) / reward_std``.
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        texts = self.scoring_texts(prompts, actions)
-        if texts is None:
+        prompts, actions = pair_up(prompts, actions)
+        if not actions:
             return torch.zeros(0)
         modes = [(m, m.training) for m in self.modules()]  # every module's own, restored after
         self.eval()
@@ -369,8 +286,7 @@ class BradleyTerryModel(nn.Module):
         out = []
         try:
             with torch.inference_mode(), encoders.cached_qkv(self.encoder):
-                for lo in range(0, len(texts.action_ids), batch_size):
-                    batch = texts.pack(range(lo, min(lo + batch_size, len(texts.action_ids))))
+                for batch in self._scoring_batches(prompts, actions, batch_size):
                     out.append(self(batch.to(device)).cpu())
         finally:
             for m, training in modes:
@@ -378,17 +294,20 @@ class BradleyTerryModel(nn.Module):
         rewards = torch.cat(out)
         return (rewards - self.reward_mean) / self.reward_std if normalize else rewards
 
-    def scoring_texts(self, prompts: str | Sequence[str], actions: Sequence[str]) -> ScoringTexts | None:
-        """The token ids of a scoring call (None when it has no actions): each distinct prompt
-        once, all in one tokenizer call. Shared by :meth:`score` and the CPU scorers
-        (:mod:`orchrm.onnxrt`, :mod:`orchrm.native`)."""
-        prompts, actions = pair_up(prompts, actions)
-        if not actions:
-            return None
+    def _scoring_batches(self, prompts: list[str], actions: list[str], batch_size: int) -> Iterator[TokenBatch]:
+        """Packed batches of at most ``batch_size`` actions, in order, each with every prompt it
+        uses once; all texts tokenized in one call, each distinct prompt once."""
         distinct = list(dict.fromkeys(prompts))
         index = {p: i for i, p in enumerate(distinct)}
         ids = self.tokenize(distinct + actions)  # one tokenizer call
-        return ScoringTexts(ids[: len(distinct)], ids[len(distinct) :], [index[p] for p in prompts], self.pack)
+        prompt_ids, action_ids = ids[: len(distinct)], ids[len(distinct) :]
+        which = [index[p] for p in prompts]
+        for lo in range(0, len(actions), batch_size):
+            chunk = range(lo, min(lo + batch_size, len(actions)))
+            local = {j: k for k, j in enumerate(dict.fromkeys(which[i] for i in chunk))}
+            yield self.pack(
+                [prompt_ids[j] for j in local], [action_ids[i] for i in chunk], [local[which[i]] for i in chunk]
+            )
 
     # ---------------------------------------------------------------------------------------
     # save / load
@@ -398,15 +317,17 @@ class BradleyTerryModel(nn.Module):
 
         A directory (existing, or a path ending in a separator) gets ``model.safetensors`` inside.
         """
-        return self._write(path)
+        return self.write_file(path)
 
-    def _write(
+    def write_file(
         self,
         path: str | os.PathLike,
         *,
         extra_tensors: dict[str, Tensor] | None = None,
         extra_metadata: dict[str, str] | None = None,
     ) -> Path:
+        """:meth:`save`, with ``extra_tensors`` and ``extra_metadata`` stored beside the model's own
+        (a training checkpoint's ``trainer.*`` state); the file still loads as a model."""
         from safetensors.torch import save_file
 
         if self.tokenizer is None:
@@ -481,131 +402,6 @@ class BradleyTerryModel(nn.Module):
         self.reward_mean = reader.number("reward_mean")
         self.reward_std = reader.number("reward_std")
         self.manifest = reader.json("manifest")
-
-
-def _data_length(path: Path, header_len: int) -> int:
-    """The byte length of a safetensors file's tensor data, from its JSON header (the largest data offset)."""
-    with open(path, "rb") as fh:
-        fh.seek(8)
-        raw = fh.read(header_len)
-    try:
-        header = json.loads(raw)
-        return max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        raise ModelFileError(f"{path} has a damaged safetensors header: copy it again or re-save it") from None
-
-
-class ModelFile:
-    """Read-only view of a saved model file: validated metadata, then tensors on demand."""
-
-    REQUIRED = ("model_config", "encoder_config", "tokenizer", "special_ids", "lr", "reward_mean", "reward_std", "manifest")
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        from safetensors import safe_open
-
-        target = Path(path)
-        if target.is_dir():
-            if not (target / MODEL_FILE).is_file():
-                hint = (
-                    " (it looks like a Hugging Face model directory: use it as BradleyTerryModel(encoder=...))"
-                    if (target / "config.json").exists()
-                    else ""
-                )
-                raise ModelFileError(f"{target} is a directory without {MODEL_FILE}{hint}")
-            target = target / MODEL_FILE
-        if not target.is_file():
-            raise ModelFileError(f"no model file at {target}")
-        self.path = target
-        with open(target, "rb") as fh:
-            head = fh.read(9)
-        # safetensors: an 8-byte little-endian header length, then the JSON header's "{"; a pickle
-        # starts with PROTO (0x80, protocol 2-5), torch.save's zip with "PK". The header length's
-        # first byte can be 0x80 too, so a file that reads as safetensors is never called a pickle.
-        pickled = head[:2] == b"PK" or (head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"))
-        if pickled and head[8:9] != b"{":
-            raise ModelFileError(
-                f"{target} is a pickled PyTorch checkpoint, not an OrchRM model file; OrchRM never unpickles "
-                "(it could run code). Re-save the model with BradleyTerryModel.save"
-            )
-        size = target.stat().st_size
-        header_len = int.from_bytes(head[:8], "little") if len(head) >= 9 else size
-        if header_len + 8 > size:
-            raise ModelFileError(
-                f"{target} is truncated or not a safetensors file ({size} bytes; the header "
-                "announces more): copy it again or re-save it with BradleyTerryModel.save"
-            )
-        expected = 8 + header_len + _data_length(target, header_len)
-        if size != expected:
-            what = f"truncated ({size} of its {expected} bytes)" if size < expected else f"{size - expected} bytes longer than its data"
-            raise ModelFileError(f"{target} is {what}: copy it again or re-save it with BradleyTerryModel.save")
-        try:
-            with safe_open(str(target), framework="pt") as f:
-                metadata = f.metadata() or {}
-                self._keys = list(f.keys())
-        except Exception as exc:  # safetensors raises its own error type for a damaged header
-            raise ModelFileError(f"{target} is not a readable safetensors file ({exc})") from None
-        if metadata.get("format") != FILE_FORMAT:
-            raise ModelFileError(
-                f"{target} is a safetensors file but not an OrchRM reward model (no '{FILE_FORMAT}' metadata); "
-                "to use a Hugging Face encoder, pass its directory as BradleyTerryModel(encoder=...)"
-            )
-        try:
-            version = int(metadata.get("format_version", "0"))
-        except ValueError:
-            raise ModelFileError(f"{target}: metadata 'format_version' is damaged ({metadata['format_version']!r})") from None
-        if version > FILE_VERSION:
-            raise ModelFileError(f"{target} has format version {version}; this orchrm reads up to {FILE_VERSION}: upgrade orchrm")
-        missing = [k for k in self.REQUIRED if k not in metadata]
-        if missing:
-            raise ModelFileError(f"{target} lacks metadata {missing}: the file is damaged; re-save it")
-        self.metadata = metadata
-        try:
-            self.model_config = ModelConfig.model_validate_json(metadata["model_config"])
-        except ValidationError as exc:
-            raise ModelFileError(f"{target}: stored model config is invalid ({exc.errors()[0]['msg']})") from None
-
-    def number(self, key: str) -> float:
-        """A finite float of the metadata (``lr`` and ``reward_std`` also > 0), or :class:`ModelFileError`."""
-        try:
-            value = float(self.metadata[key])
-        except (KeyError, ValueError):
-            value = math.nan
-        if not math.isfinite(value) or (key in ("lr", "reward_std") and value <= 0):
-            raise ModelFileError(f"{self.path}: metadata {key!r} is damaged ({self.metadata.get(key)!r}); re-save the model")
-        return value
-
-    def json(self, key: str) -> dict[str, Any]:
-        """A JSON object of the metadata, or :class:`ModelFileError`."""
-        try:
-            value = json.loads(self.metadata[key])
-        except (KeyError, json.JSONDecodeError) as exc:
-            raise ModelFileError(f"{self.path}: metadata {key!r} is damaged ({exc})") from None
-        if not isinstance(value, dict):
-            raise ModelFileError(f"{self.path}: metadata {key!r} is damaged (a JSON {type(value).__name__}, not an object); re-save the model")
-        return value
-
-    def tokenizer(self):
-        try:
-            return encoders.tokenizer_from_json(self.metadata["tokenizer"])
-        except Exception as exc:  # tokenizers raises a bare Exception for bad JSON
-            raise ModelFileError(f"{self.path}: stored tokenizer cannot be read ({exc})") from None
-
-    def tensors(self, *, prefix: str = "", prefix_excluded: str | None = None) -> dict[str, Tensor]:
-        """Tensors whose names start with ``prefix`` (the prefix removed)."""
-        from safetensors import safe_open
-
-        out = {}
-        try:
-            with safe_open(str(self.path), framework="pt") as f:
-                for key in self._keys:
-                    if key.startswith(prefix) and not (prefix_excluded and key.startswith(prefix_excluded)):
-                        out[key[len(prefix) :]] = f.get_tensor(key)
-        except Exception as exc:
-            raise ModelFileError(f"{self.path}: tensor data is damaged ({exc}); copy it again or re-save it") from None
-        for key, value in out.items():
-            if value.is_floating_point() and not torch.isfinite(value).all():
-                raise ModelFileError(f"{self.path}: tensor {prefix}{key} holds NaN or infinite values")
-        return out
 
 
 def param_count(model: nn.Module, *, trainable_only: bool = False) -> int:

@@ -620,7 +620,7 @@ class Trainer:
             "optimizer_groups": groups,
             "schedule": schedule.state_dict(),
         }
-        model._write(
+        model.write_file(
             self.checkpoint_dir / LAST_CHECKPOINT, extra_tensors=tensors, extra_metadata={"trainer_state": json.dumps(meta)}
         )
 

@@ -118,14 +118,3 @@ def trained_model(pairs, tiny_model_kwargs):
     model = BradleyTerryModel(**tiny_model_kwargs)
     Trainer(model=model, batch_size=16, lr=3e-3, progress=False).train(pairs=pairs, epochs=6)
     return model.eval()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def native_library_cache(tmp_path_factory):
-    """NativeScorer's builds in a cache of the test session's own, not the user's ~/.cache/orchrm."""
-    from orchrm import native
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ORCHRM_CACHE_DIR", str(tmp_path_factory.mktemp("orchrm-cache")))
-        mp.setattr(native, "_library", None)
-        yield
