@@ -32,6 +32,9 @@ _EXPORTS: dict[str, str] = {
     "BradleyTerryModel": "orchrm.model",
     "bt_loss": "orchrm.model",
     "Trainer": "orchrm.train",
+    "load_reward_model": "orchrm.serving",
+    "TestTimeScalableOrchestrator": "orchrm.serving",
+    "RewardGuidedOrchestrator": "orchrm.serving",
     "load_config": "orchrm.config",
     "PipelineConfig": "orchrm.config",
 }

@@ -468,6 +468,13 @@ def log_model(model_dir_or_file: str | os.PathLike, *, run_id: str, config: Pipe
     signature, example = signature_and_example()
 
     def do() -> str:
+        # the LoggedModel is created in the run's experiment, by id: Model.log would create it in
+        # the thread's active experiment (the Default one, artifacts under ./mlruns)
+        c = client(uri)
+        experiment_id = c.get_run(run_id).info.experiment_id
+        logged = c.create_logged_model(
+            experiment_id, name=MODEL_NAME_IN_RUN, source_run_id=run_id, model_type="orchrm-reward-model"
+        )
         info = Model.log(
             artifact_path=None,
             name=MODEL_NAME_IN_RUN,
@@ -479,7 +486,7 @@ def log_model(model_dir_or_file: str | os.PathLike, *, run_id: str, config: Pipe
             input_example=example,
             pip_requirements=pip_requirements(),
             metadata={"orchrm_model_file": file.name},
-            flavor_name="pyfunc.ModelFromCode",
+            model_id=logged.model_id,
         )
         return info.model_uri
 
