@@ -23,11 +23,11 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.errors import CollectionError, ConfigError, TaskError
 from orchrm.executor import MultiAgentExecutor
 from orchrm.orchestrators import get_sampler
 from orchrm.plans import Plan
+from orchrm.sandbox_config import NoiseConfig
 from orchrm.tasks.base import Task, load_tasks, sources, stable_id
 from orchrm.traces import artifacts_frame, check_output_table, write_table
 

@@ -17,8 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.errors import ConfigError
+from orchrm.sandbox_config import NoiseConfig
 
 
 class _Frozen(BaseModel):
@@ -248,6 +248,7 @@ class PipelineConfig(_Frozen):
     """The whole pipeline. ``data_dir`` holds run data (tables, models, tracking store)."""
 
     data_dir: str = ".orchrm"
+    #: the sandbox's noise model (orchrm/sandbox_config.py: configuration only, no simulator)
     sandbox: NoiseConfig = Field(default_factory=NoiseConfig)
     collect: CollectConfig = Field(default_factory=CollectConfig)
     pairs: PairsConfig = Field(default_factory=PairsConfig)

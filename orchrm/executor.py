@@ -17,16 +17,19 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from orchrm.agents.base import Backend, NodeOutput
-from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.errors import ConfigError, PlanError
-from orchrm.orchestrators import BaseSampler, RoleSampler, SpecializedSampler, get_sampler
 from orchrm.plans import Plan
+from orchrm.sandbox_config import NoiseConfig
 from orchrm.tasks.base import Task, stable_id
 from orchrm.traces import artifacts_frame
+
+if TYPE_CHECKING:
+    from orchrm.orchestrators import BaseSampler, RoleSampler, SpecializedSampler
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,10 @@ class MultiAgentExecutor:
         seed: int = 0,
         noise: NoiseConfig | None = None,
     ) -> None:
+        # imported here, not at module level: a test-time orchestrator above both modules can
+        # then import this one without a cycle (issue 14)
+        from orchrm.orchestrators import RoleSampler, get_sampler
+
         self.backend = _make_backend(backend, noise)
         self.agents = tuple(agents or ())
         self.sampler: BaseSampler | SpecializedSampler | RoleSampler = (

@@ -14,7 +14,6 @@ distinct plans.
 
 from __future__ import annotations
 
-import importlib
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 
 from orchrm.agents.roles import get_role
 from orchrm.plans import Plan, PlanNode
-from orchrm.tasks.base import Task
+from orchrm.tasks.base import Task, plan_heuristic
 
 REASONERS = ("CoT", "SelfConsistency", "Debate", "Reflexion")
 
@@ -134,24 +133,14 @@ class BaseSampler:
         return _distinct(lambda: sample_prior_plan(rng, self.prior), n, max_tries=50 * n)
 
 
-def domain_heuristic(domain: str) -> tuple[Callable[[str], dict], Callable[[dict, Plan], float]] | None:
-    """``(question_features, heuristic_plan_score)`` of a built-in domain, or None."""
-    try:
-        module = importlib.import_module(f"orchrm.tasks.{domain}")
-    except ModuleNotFoundError:
-        return None
-    feats = getattr(module, "question_features", None)
-    score = getattr(module, "heuristic_plan_score", None)
-    return (feats, score) if feats and score else None
-
-
 class SpecializedSampler:
     """Keeps the prior's candidates that a question-reading heuristic rates best.
 
-    Draws ``pool`` plans from the base prior, scores each with the domain's
-    ``heuristic_plan_score(question_features(question), plan)`` plus Gumbel noise of scale
-    ``temperature`` (so it is good, not perfect), and returns the top ``n`` distinct plans.
-    Falls back to the base prior for domains without a heuristic.
+    Draws ``pool`` plans from the base prior, scores each with the domain's declared
+    :class:`~orchrm.tasks.base.PlanHeuristic` (``heuristic.score(heuristic.features(question),
+    plan)``, registered by the domain module with :func:`~orchrm.tasks.base.register_heuristic`)
+    plus Gumbel noise of scale ``temperature`` (so it is good, not perfect), and returns the top
+    ``n`` distinct plans. Falls back to the base prior for domains without a heuristic.
     """
 
     name = "specialized"
@@ -163,15 +152,14 @@ class SpecializedSampler:
 
     def sample(self, task: Task, n: int, rng: random.Random) -> list[Plan]:
         candidates = self.base.sample(task, max(self.pool, n), rng)
-        heuristic = domain_heuristic(task.domain)
+        heuristic = plan_heuristic(task.domain)
         if heuristic is None:
             return candidates[:n]
-        features_fn, score_fn = heuristic
-        features = features_fn(task.question)
+        features = heuristic.features(task.question)
         scored = []
         for plan in candidates:
             gumbel = -math.log(-math.log(max(rng.random(), 1e-12)))
-            scored.append((score_fn(features, plan) + self.temperature * gumbel, plan.plan_id, plan))
+            scored.append((heuristic.score(features, plan) + self.temperature * gumbel, plan.plan_id, plan))
         scored.sort(key=lambda t: (-t[0], t[1]))
         return [p for _, _, p in scored[:n]]
 

@@ -8,26 +8,34 @@ from __future__ import annotations
 
 from orchrm.tasks.base import (
     BUILTIN_DOMAINS,
+    Doc,
+    DomainHeuristic,
+    PlanHeuristic,
     Task,
     TaskSource,
     load_tasks,
+    plan_heuristic,
+    register_heuristic,
     register_source,
+    register_text_parser,
     sources,
     stable_id,
+    text_parser,
 )
 
-__all__ = ["BUILTIN_DOMAINS", "Task", "TaskSource", "load_tasks", "register_source", "sources", "stable_id"]
-
-_REGISTERED = False
-
-
-def _register_builtin_sources() -> None:
-    """Import the domain modules once; each registers its sources (nothing runs at import)."""
-    global _REGISTERED
-    if _REGISTERED:
-        return
-    import importlib
-
-    for name in BUILTIN_DOMAINS:
-        importlib.import_module(f"orchrm.tasks.{name}")
-    _REGISTERED = True
+__all__ = [
+    "BUILTIN_DOMAINS",
+    "Doc",
+    "DomainHeuristic",
+    "PlanHeuristic",
+    "Task",
+    "TaskSource",
+    "load_tasks",
+    "plan_heuristic",
+    "register_heuristic",
+    "register_source",
+    "register_text_parser",
+    "sources",
+    "stable_id",
+    "text_parser",
+]

@@ -1,4 +1,7 @@
-"""The Task record (DESIGN §3) and the registry of task suites."""
+"""The Task record (DESIGN §3), the corpus :class:`Doc`, and the registries each domain module
+fills when it is imported: its task sources (:func:`register_source`), the heuristic the
+specialized orchestrator reads questions with (:func:`register_heuristic`) and the parser that
+turns free text into one of its tasks (:func:`register_text_parser`)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchrm.errors import TaskError
+
+if TYPE_CHECKING:
+    from orchrm.plans import Plan
 
 BUILTIN_DOMAINS: tuple[str, ...] = ("math", "code", "multihop", "webqa")
 
@@ -62,6 +68,15 @@ def malformed_items(path: Path, what: str) -> Iterator[None]:
         yield
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise TaskError(f"{path}: not a {what} file: an item lacks or mistypes a field ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A retrievable document of a domain's corpus (what WebSearch finds)."""
+
+    doc_id: str
+    title: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -116,7 +131,47 @@ class TaskSource:
     doc: str
 
 
+class PlanHeuristic(Protocol):
+    """How a domain's specialized orchestrator rates a plan from the question text alone.
+
+    ``features(question)`` reads what a reader of the question can see (never metadata or the
+    reference); ``score(features, plan)`` is higher for a plan that suits such a question. A
+    domain module declares one (a module or any object with these two functions) with
+    :func:`register_heuristic`; :class:`orchrm.orchestrators.SpecializedSampler` looks it up
+    with :func:`plan_heuristic`.
+    """
+
+    def features(self, question: str) -> Mapping[str, float]: ...
+
+    def score(self, features: Mapping[str, float], plan: Plan) -> float: ...
+
+
+@dataclass(frozen=True)
+class DomainHeuristic:
+    """A :class:`PlanHeuristic` made of two plain functions (how the built-in domains declare
+    theirs)."""
+
+    features: Callable[[str], Mapping[str, float]]
+    score: Callable[[Mapping[str, float], Plan], float]
+
+
 _SOURCES: dict[tuple[str, str], TaskSource] = {}
+_HEURISTICS: dict[str, PlanHeuristic] = {}
+_TEXT_PARSERS: dict[str, Callable[[str], Task | None]] = {}
+_builtins_loaded = False
+
+
+def _load_builtin_domains() -> None:
+    """Import the built-in domain modules once; each registers its sources and heuristic
+    (nothing else runs at their import)."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    import importlib
+
+    for name in BUILTIN_DOMAINS:
+        importlib.import_module(f"orchrm.tasks.{name}")
+    _builtins_loaded = True
 
 
 def register_source(source: TaskSource) -> TaskSource:
@@ -125,10 +180,38 @@ def register_source(source: TaskSource) -> TaskSource:
 
 
 def sources() -> Mapping[tuple[str, str], TaskSource]:
-    from orchrm.tasks import _register_builtin_sources
-
-    _register_builtin_sources()
+    _load_builtin_domains()
     return MappingProxyType(_SOURCES)
+
+
+def register_heuristic(domain: str, heuristic: PlanHeuristic) -> PlanHeuristic:
+    """Declare ``heuristic`` as the way the specialized orchestrator reads ``domain``'s
+    questions (a later registration for the same domain replaces it)."""
+    if not callable(getattr(heuristic, "features", None)) or not callable(getattr(heuristic, "score", None)):
+        raise TypeError(f"heuristic for domain {domain!r} needs callable features(question) and score(features, plan)")
+    _HEURISTICS[domain] = heuristic
+    return heuristic
+
+
+def register_text_parser(domain: str, parse: Callable[[str], Task | None]) -> Callable[[str], Task | None]:
+    """Declare how free text becomes a simulable ``domain`` task: ``parse(question)`` returns a
+    Task, or None when the text is not one it can simulate (the router then makes a generic
+    task)."""
+    _TEXT_PARSERS[domain] = parse
+    return parse
+
+
+def text_parser(domain: str) -> Callable[[str], Task | None] | None:
+    """The free-text parser registered for ``domain``, or None."""
+    _load_builtin_domains()
+    return _TEXT_PARSERS.get(domain)
+
+
+def plan_heuristic(domain: str) -> PlanHeuristic | None:
+    """The heuristic registered for ``domain``, or None (the specialized orchestrator then
+    falls back to the base prior)."""
+    _load_builtin_domains()
+    return _HEURISTICS.get(domain)
 
 
 def load_tasks(domain: str, n: int, *, seed: int = 0, source: str = "builtin") -> list[Task]:

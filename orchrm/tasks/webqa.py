@@ -31,12 +31,16 @@ from pathlib import Path
 from orchrm.plans import Plan
 from orchrm.tasks.base import (
     DATA_DIR_ENV,
+    Doc,
+    DomainHeuristic,
     Task,
     TaskSource,
     data_file,
     malformed_items,
     read_json_items,
+    register_heuristic,
     register_source,
+    register_text_parser,
     stable_id,
 )
 from orchrm.tasks.qa import (
@@ -181,8 +185,6 @@ class WebCorpus:
     by_name: Mapping[str, str]
 
     def docs(self):
-        from orchrm.agents.sandbox.domain import Doc
-
         return [Doc(p.doc_id, p.title, p.text) for p in self.pages.values()]
 
 
@@ -393,8 +395,6 @@ class SquadCorpus:
     spans: Mapping[str, tuple[str, ...]]
 
     def docs(self):
-        from orchrm.agents.sandbox.domain import Doc
-
         return [Doc(d, self.titles[d], t) for d, t in self.texts.items()]
 
 
@@ -586,6 +586,9 @@ register_source(
         DOMAIN, "squad", load_squad, f"SQuAD v1.1 dev questions ({SQUAD_FILE} under ${DATA_DIR_ENV})"
     )
 )
+
+register_heuristic(DOMAIN, DomainHeuristic(features=question_features, score=heuristic_plan_score))
+register_text_parser(DOMAIN, from_text)
 
 __all__ = [
     "build_corpus",

@@ -10,7 +10,7 @@ import importlib
 
 from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval, SandboxDomain
 from orchrm.agents.sandbox.engine import SandboxBackend
-from orchrm.agents.sandbox.noise import NoiseConfig
+from orchrm.sandbox_config import NoiseConfig
 
 # domain name -> "module:Class"; imported on first use so nothing heavy loads at import time
 DOMAINS: dict[str, str] = {

@@ -2,7 +2,7 @@
 
 A coder agent writes the task's canonical solution with bug-injecting AST mutations; everything
 about the programs is then computed for real in :mod:`.codeexec`'s sandbox. The noise model
-(every rate in :class:`~orchrm.agents.sandbox.noise.CodeNoise`) has four interacting effects,
+(every rate in :class:`~orchrm.sandbox_config.CodeNoise`) has four interacting effects,
 each tied to something a reader of the prompt can see:
 
 - **independent slips** — a Poisson number of mutations per program, growing with the length
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 
 from orchrm.agents.sandbox.codeexec import Check, CodeExecutor, Limits, RunResult
 from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval, SandboxDomain
-from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.errors import ConfigError, SandboxUnavailableError, TaskError
+from orchrm.sandbox_config import NoiseConfig
 from orchrm.tasks.base import Task
 from orchrm.tasks.code import docstring, entry_function, trap_cues
 

@@ -15,17 +15,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchrm.agents.sandbox.noise import NoiseConfig
-from orchrm.tasks.base import Task
-
-
-@dataclass(frozen=True)
-class Doc:
-    """A retrievable document."""
-
-    doc_id: str
-    title: str
-    text: str
+from orchrm.sandbox_config import NoiseConfig
+from orchrm.tasks.base import Doc, Task  # Doc is re-exported: a corpus document is task data
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 from orchrm.agents.base import NodeOutput
 from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval, SandboxDomain
-from orchrm.agents.sandbox.noise import NoiseConfig
 from orchrm.plans import PlanNode
+from orchrm.sandbox_config import NoiseConfig
 from orchrm.tasks.base import Task
 from orchrm.tokens import count_joined, count_tokens
 

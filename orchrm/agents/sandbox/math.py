@@ -3,7 +3,7 @@
 A reasoning run (``attempt``) replays the task's steps (``orchrm.tasks.math``) and really
 computes them: operands come from the question, from facts the run recalls, and from its own
 earlier results, so an error carries forward (``48 / 2 = 26`` then ``26 * 3 = 78``). What an
-LLM would get wrong is drawn from :class:`~orchrm.agents.sandbox.noise.MathNoise`:
+LLM would get wrong is drawn from :class:`~orchrm.sandbox_config.MathNoise`:
 
 - *slips*: each step is wrong with a probability that grows with its operators and the
   length of its numbers and shrinks with the tier's ``skill`` (independent per sample);

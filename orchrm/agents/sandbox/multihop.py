@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval
-from orchrm.agents.sandbox.noise import MultihopNoise, NoiseConfig
 from orchrm.agents.sandbox.qa import (
     MEMORY_CONFIDENCE,
     Memory,
@@ -48,6 +47,7 @@ from orchrm.agents.sandbox.qa import (
 )
 from orchrm.agents.sandbox.retrieval import BM25Index, cached_index, tokenize
 from orchrm.quality import normalize_answer
+from orchrm.sandbox_config import MultihopNoise, NoiseConfig
 from orchrm.tasks.base import Task, data_file
 from orchrm.tasks.multihop import (
     REL_QUERY,
@@ -159,7 +159,7 @@ def _distort(sentence: str) -> str:
 
 class MultihopDomain(QaDomain):
     """multihop: built-in knowledge-graph questions (``kind == "kg"``) and StrategyQA
-    (``kind == "facts"``). Noise parameters: :class:`~orchrm.agents.sandbox.noise.MultihopNoise`."""
+    (``kind == "facts"``). Noise parameters: :class:`~orchrm.sandbox_config.MultihopNoise`."""
 
     name = "multihop"
     doc_kinds = _DOC_KINDS

@@ -14,9 +14,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from orchrm.agents.sandbox.domain import Attempt, Context, Doc, Retrieval, SandboxDomain
-from orchrm.agents.sandbox.noise import NoiseConfig, QaNoise
 from orchrm.agents.sandbox.retrieval import BM25Index, tokenize
 from orchrm.quality import exact_match, normalize_answer, token_f1
+from orchrm.sandbox_config import NoiseConfig, QaNoise
 
 # confidence in a value recalled from memory, by the fact's popularity
 MEMORY_CONFIDENCE = {"famous": 0.85, "known": 0.65, "obscure": 0.5}

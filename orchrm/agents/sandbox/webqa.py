@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchrm.agents.sandbox.domain import Attempt, Context, Retrieval
-from orchrm.agents.sandbox.noise import NoiseConfig, WebqaNoise
 from orchrm.agents.sandbox.qa import (
     MEMORY_CONFIDENCE,
     Memory,
@@ -42,6 +41,7 @@ from orchrm.agents.sandbox.qa import (
 )
 from orchrm.agents.sandbox.retrieval import BM25Index, cached_index, tokenize
 from orchrm.quality import normalize_answer
+from orchrm.sandbox_config import NoiseConfig, WebqaNoise
 from orchrm.tasks.base import Task
 from orchrm.tasks.webqa import TRAP_SIBLING, build_corpus, squad_corpus, squad_file
 
@@ -126,7 +126,7 @@ def _boundary(answer: str, context: str, rng: random.Random) -> str:
 
 class WebqaDomain(QaDomain):
     """webqa: the built-in web corpus (``kind == "builtin"``) and SQuAD (``kind == "squad"``).
-    Noise parameters: :class:`~orchrm.agents.sandbox.noise.WebqaNoise`."""
+    Noise parameters: :class:`~orchrm.sandbox_config.WebqaNoise`."""
 
     name = "webqa"
     doc_kinds = _DOC_KINDS
