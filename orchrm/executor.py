@@ -243,18 +243,6 @@ class MultiAgentExecutor:
             rows += self.run_plan(task, plan, seed=seed, orchestrator=label, created_at=created_at).rows
         return artifacts_frame(rows)
 
-    def expected_quality(self, task: Task | str, plan: Plan | str, *, repeats: int = 20, seed: int | None = None) -> float:
-        """Mean final quality of ``plan`` over ``repeats`` independent executions (the sandbox's
-        estimate of the plan's expected quality for this question; DESIGN §4)."""
-        task = self.as_task(task)
-        if task.reference is None:
-            raise ValueError(f"task {task.task_id!r} has no reference: its expected quality is unknowable")
-        total = 0.0
-        for r in range(repeats):
-            q = self.run_plan(task, plan, seed=seed, repeat=r + 1).quality
-            total += 0.0 if q is None else q
-        return total / repeats
-
 
 def _refuse_repeated_plans(plans: Sequence[Plan]) -> None:
     counts = Counter(p.plan_id for p in plans)
