@@ -234,6 +234,16 @@ class EvaluateConfig(_Frozen):
             raise ValueError("give at least one value, each >= 0")
         return tuple(sorted(set(value)))
 
+    @model_validator(mode="after")
+    def _enough_candidates(self) -> EvaluateConfig:
+        largest = max(*self.best_of, self.gates.best_of)
+        if min(self.best_of) < 1 or largest > self.candidates:
+            raise ValueError(
+                f"best-of-N needs 1 <= N <= candidates ({self.candidates}); best_of {list(self.best_of)} and "
+                f"gates.best_of {self.gates.best_of} do not fit: raise candidates or lower N"
+            )
+        return self
+
 
 class RegistryConfig(_Frozen):
     """MLflow tracking and the model registry (DESIGN §8). ``MLFLOW_TRACKING_URI`` overrides
