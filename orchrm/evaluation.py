@@ -337,19 +337,23 @@ def _pool_rows(tasks: Sequence[Any], *, candidates: int, seed: int, pool_seeds: 
 
 
 def held_out_tasks(config: PipelineConfig) -> list[Any]:
-    """``config.evaluate.tasks_per_domain`` tasks per collected domain from ``config.evaluate.seed``,
-    less any task the collection (``config.collect``) also draws (a real data set sampled with two
-    seeds can repeat items): evaluation never sees a training task."""
-    from orchrm.collect import load_domain_tasks
+    """``config.evaluate.tasks_per_domain`` tasks per collected domain from ``config.evaluate.seed``
+    that the collection (``config.collect``) does not also draw: a real data set sampled with two
+    seeds can repeat items, and evaluation never sees a training task. A domain whose data set
+    runs out gives fewer tasks, with a warning."""
+    from orchrm.tasks.base import load_tasks
 
     c, e = config.collect, config.evaluate
-    sources = dict(c.sources) or None
-    tasks = load_domain_tasks(c.domains, e.tasks_per_domain, e.seed, sources)
-    seen = {t.task_id for t in load_domain_tasks(c.domains, c.tasks_per_domain, c.seed, sources)}
-    kept = [t for t in tasks if t.task_id not in seen]
-    if len(kept) < len(tasks):
-        log.warning("dropped %d held-out task(s) that the collection also draws", len(tasks) - len(kept))
-    return kept
+    tasks: list[Any] = []
+    for domain in c.domains:
+        source = c.source(domain)
+        seen = {t.task_id for t in load_tasks(domain, c.tasks_per_domain, seed=c.seed, source=source)}
+        drawn = load_tasks(domain, e.tasks_per_domain + len(seen), seed=e.seed, source=source)
+        kept = [t for t in drawn if t.task_id not in seen][: e.tasks_per_domain]
+        if len(kept) < e.tasks_per_domain:
+            log.warning("%s: only %d held-out tasks that the collection does not use (asked for %d)", domain, len(kept), e.tasks_per_domain)
+        tasks.extend(kept)
+    return tasks
 
 
 @dataclass
