@@ -95,10 +95,6 @@ class PairsConfig(_Frozen):
             )
         return self
 
-    def train_fraction(self) -> float:
-        """Expected fraction of tasks in the train split."""
-        return 1.0 - self.val_fraction - self.test_fraction
-
 
 class ModelConfig(_Frozen):
     """Reward model architecture (DESIGN §6); the fields of :class:`orchrm.model.BradleyTerryModel`.
@@ -234,16 +230,6 @@ class EvaluateConfig(_Frozen):
             raise ValueError("give at least one value, each >= 0")
         return tuple(sorted(set(value)))
 
-    @model_validator(mode="after")
-    def _enough_candidates(self) -> EvaluateConfig:
-        largest = max(*self.best_of, self.gates.best_of)
-        if min(self.best_of) < 1 or largest > self.candidates:
-            raise ValueError(
-                f"best-of-N needs 1 <= N <= candidates ({self.candidates}); best_of {list(self.best_of)} and "
-                f"gates.best_of {self.gates.best_of} do not fit: raise candidates or lower N"
-            )
-        return self
-
 
 class RegistryConfig(_Frozen):
     """MLflow tracking and the model registry (DESIGN §8). ``MLFLOW_TRACKING_URI`` overrides
@@ -281,7 +267,8 @@ class PipelineConfig(_Frozen):
         return Path(self.data_dir).expanduser().joinpath(*parts)
 
 
-def _format_errors(exc: ValidationError, origin: str) -> str:
+def format_validation_errors(exc: ValidationError, origin: str) -> str:
+    """A pydantic error as one line per bad field, for :class:`ConfigError` (``origin``: where the values came from)."""
     lines = [f"invalid configuration in {origin}:"]
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -300,7 +287,7 @@ def with_overrides(section: BaseModel, changes: dict[str, Any], *, origin: str =
     try:
         return type(section).model_validate(section.model_dump() | changes)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, origin)) from None
+        raise ConfigError(format_validation_errors(exc, origin)) from None
 
 
 def config_from_dict(data: dict[str, Any] | None, *, origin: str = "<dict>") -> PipelineConfig:
@@ -308,7 +295,7 @@ def config_from_dict(data: dict[str, Any] | None, *, origin: str = "<dict>") -> 
     try:
         return PipelineConfig.model_validate(data or {})
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, origin)) from None
+        raise ConfigError(format_validation_errors(exc, origin)) from None
 
 
 def load_config(path: str | os.PathLike | None = None) -> PipelineConfig:

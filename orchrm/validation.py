@@ -575,9 +575,9 @@ def validate_files(
     raise_on_failure: bool = True,
 ) -> ValidationReport:
     """Validate an artifact table and/or a pair table from files (Parquet or JSONL), one after the
-    other into one results folder; used by ``orchrm validate``. A pair file in TRL's or the OrchRM
-    data set's format is first normalised with :func:`orchrm.pairs.read_pairs`. Given both, pairs
-    are checked against the artifacts' tasks too."""
+    other into one results folder; used by ``orchrm validate``. A pair file (ours, TRL's or the
+    OrchRM data set's format) is read with :func:`orchrm.pair_reader.read_pairs`, as training reads
+    it. Given both, pairs are checked against the artifacts' tasks too."""
     from orchrm.traces import read_table
 
     if artifacts is None and pairs is None:
@@ -589,10 +589,8 @@ def validate_files(
         _refuse_raw_traces(artifacts, artifact_df)
         tables.append(("artifacts", derive_artifact_columns(artifact_df)))
     if pairs is not None:
-        pair_df = read_table(pairs)
-        if "pair_id" not in pair_df.columns and ({"input", "prompt"} & set(pair_df.columns)):
-            from orchrm.pairs import read_pairs
+        from orchrm.pair_reader import read_pairs  # the reader training uses: same tasks, splits, margins
 
-            pair_df = read_pairs(pairs)
+        pair_df = read_pairs(pairs)
         tables.append(("pairs", derive_pair_columns(pair_df, artifact_df)))
     return _finish(_validate(tables, out_dir), raise_on_failure)
