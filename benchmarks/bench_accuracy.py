@@ -35,6 +35,8 @@ import pandas as pd  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from results_io import machine, write_json, write_text  # noqa: E402
 
+from orchrm.evaluation import accuracy_table  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(".orchrm") / "bench"
 
@@ -86,25 +88,14 @@ def _calls(plan: str) -> float:
     return total
 
 
-def _bootstrap(correct: np.ndarray, tasks: np.ndarray, *, seed: int = 0, n: int = 1000) -> tuple[float, float]:
-    """95% interval of the mean of ``correct``, resampling whole tasks (pairs of a task are correlated)."""
-    codes, uniq = pd.factorize(tasks)
-    per_task_sum = np.bincount(codes, weights=correct.astype(float))
-    per_task_n = np.bincount(codes)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(uniq), size=(n, len(uniq)))
-    means = per_task_sum[draws].sum(1) / per_task_n[draws].sum(1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
-def accuracy_table(test: pd.DataFrame, correct: np.ndarray, method: str) -> list[dict]:
-    rows = []
-    for (granularity, domain), idx in test.groupby(["granularity", "domain"]).groups.items():
-        c = correct[test.index.get_indexer(idx)]
-        lo, hi = _bootstrap(c, test.loc[idx, "task_id"].to_numpy())
-        rows.append({"method": method, "granularity": granularity, "domain": domain, "accuracy": float(c.mean()),
-                     "ci95": [lo, hi], "pairs": int(len(c)), "tasks": int(test.loc[idx, "task_id"].nunique())})
-    return rows
+def accuracy_rows(test: pd.DataFrame, correct: np.ndarray, method: str) -> list[dict]:
+    """Rows of accuracy.json for one method: accuracy per (granularity, domain) with its 95%
+    bootstrap interval over test tasks (``orchrm.evaluation.accuracy_table``)."""
+    table = accuracy_table(test, correct, bootstrap=1000, seed=0)
+    table = table[(table["granularity"] != "all") & (table["domain"] != "all")]
+    return [{"method": method, "granularity": r.granularity, "domain": r.domain, "accuracy": float(r.accuracy),
+             "ci95": [float(r.ci_low), float(r.ci_high)], "pairs": int(r.pairs), "tasks": int(r.tasks)}
+            for r in table.itertuples()]
 
 
 def write_markdown(result: dict, path: Path) -> None:
@@ -164,6 +155,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
 
     from orchrm import BradleyTerryModel, Trainer
+    from orchrm.evaluation import score_pairs
 
     pairs = sandbox_pairs(args.tasks, 8, args.seed)
     test = pairs[pairs["split"] == "test"].reset_index(drop=True)
@@ -172,9 +164,9 @@ def main() -> int:
     rows = []
     longer = test["chosen"].str.len() > test["rejected"].str.len()
     ties = test["chosen"].str.len() == test["rejected"].str.len()
-    rows += accuracy_table(test, np.where(ties, 0.5, longer.astype(float)), "baseline: longer plan wins")
+    rows += accuracy_rows(test, np.where(ties, 0.5, longer.astype(float)), "baseline: longer plan wins")
     cost_c, cost_r = test["chosen"].map(_calls), test["rejected"].map(_calls)
-    rows += accuracy_table(test, np.where(cost_c == cost_r, 0.5, (cost_c > cost_r).astype(float)), "baseline: costlier plan wins")
+    rows += accuracy_rows(test, np.where(cost_c == cost_r, 0.5, (cost_c > cost_r).astype(float)), "baseline: costlier plan wins")
 
     runs = []
     for name in args.encoders.split(","):
@@ -186,9 +178,8 @@ def main() -> int:
             pairs=pairs, epochs=args.epochs
         )
         seconds = time.perf_counter() - t0
-        r_c = model.score(test["prompt"].tolist(), test["chosen"].tolist(), batch_size=128).numpy()
-        r_r = model.score(test["prompt"].tolist(), test["rejected"].tolist(), batch_size=128).numpy()
-        rows += accuracy_table(test, (r_c > r_r).astype(float), name)
+        r_c, r_r = score_pairs(lambda p, a, m=model: m.score(p, a, batch_size=128), test)
+        rows += accuracy_rows(test, (r_c > r_r).astype(float), name)
         runs.append({"encoder": name, "model": model.config.model_dump(mode="json"), "train": train_kwargs,
                      "epochs_run": len(result.history), "best_epoch": result.best_epoch,
                      "best_val_accuracy": result.best_val_accuracy, "train_pairs": result.train_pairs,

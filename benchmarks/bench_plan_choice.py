@@ -2,8 +2,8 @@
 
 For each domain: tasks the noise model was not tuned on (the built-in generator at a fresh seed,
 and the real data set when it is present), 8 candidate plans per task from the base sampler, and
-each candidate's expected quality estimated by re-running it ``--repeats`` times. Prints and
-writes, per domain:
+each candidate's expected quality estimated by re-running it ``--repeats`` times (the candidate
+pool of ``orchrm.evaluation.build_pool``). Prints and writes, per domain:
 
 - ``mean``: the mean candidate's expected quality (what a random pick of the 8 gets);
 - ``oracle``: the expected-quality oracle (the best of the 8 in expectation) and the gap;
@@ -44,38 +44,39 @@ HELD_OUT_SEED = 2026
 REAL_SOURCES = {"math": "gsm8k", "multihop": "strategyqa", "webqa": "squad"}
 
 
-def _evaluate_task(task, n_plans: int, repeats: int, seed: int) -> dict:
-    from orchrm.collect import plans_for_task
+def _cot_baselines(task, repeats: int, seed: int) -> dict[str, float]:
+    """Expected quality of a single CoT call on each tier (``orchrm.evaluation.expected_quality``)."""
+    from orchrm.evaluation import expected_quality
+    from orchrm.executor import MultiAgentExecutor
     from orchrm.plans import Plan
 
-    ex = _executor()
-    cands = []
-    for _, plan in plans_for_task(task, n_plans, seed, {"base": 1.0}):
-        qs, costs = [], []
-        for r in range(repeats):
-            run = ex.run_plan(task, plan, seed=seed, repeat=r + 1)
-            qs.append(run.quality or 0.0)
-            costs.append(run.cost)
-        cands.append(
-            {"plan_id": plan.plan_id, "shape": plan.shape(), "eq": sum(qs) / repeats, "cost": sum(costs) / repeats}
-        )
-    tiers = {}
-    for tier in ("small", "large"):
-        plan = Plan.parse(f'<agent id="a1" type="CoT" model="{tier}"/>')
-        tiers[tier] = sum((ex.run_plan(task, plan, seed=seed, repeat=r + 1).quality or 0.0) for r in range(repeats)) / repeats
-    return {"task_id": task.task_id, "candidates": cands, "cot": tiers}
+    global _EX
+    _EX = _EX or MultiAgentExecutor()
+    return {tier: expected_quality(_EX, task, Plan.parse(f'<agent id="a1" type="CoT" model="{tier}"/>'), repeats=repeats, seed=seed)
+            for tier in ("small", "large")}
 
 
 _EX = None
 
 
-def _executor():
-    global _EX
-    if _EX is None:
-        from orchrm.executor import MultiAgentExecutor
+def evaluate_tasks(tasks, n_plans: int, repeats: int, seed: int, workers: int, pool) -> list[dict]:
+    """Per task: each of ``n_plans`` base-sampler candidates with its expected quality and cost
+    from ``repeats`` re-runs (``orchrm.evaluation.build_pool``), and the CoT baselines."""
+    from orchrm.config import config_from_dict
+    from orchrm.evaluation import build_pool
+    from orchrm.plans import Plan
 
-        _EX = MultiAgentExecutor()
-    return _EX
+    cfg = config_from_dict({"collect": {"workers": workers},
+                            "evaluate": {"seed": seed, "candidates": n_plans, "repeats": repeats, "pool_seeds": [0],
+                                         "best_of": [1], "gates": {"best_of": min(2, n_plans)}}})
+    frame = build_pool(cfg, tasks=tasks, progress=False).frame
+    cot = dict(zip([t.task_id for t in tasks], pool.map(_cot_baselines, tasks, [repeats] * len(tasks), [seed] * len(tasks)), strict=True))
+    results = []
+    for task_id, g in frame.groupby("task_id", sort=False):
+        cands = [{"plan_id": r.plan_id, "shape": Plan.parse(r.plan_text).shape(), "eq": r.expected_quality, "cost": r.expected_cost}
+                 for r in g.itertuples()]
+        results.append({"task_id": task_id, "candidates": cands, "cot": cot[task_id]})
+    return results
 
 
 def summarize_domain(results: list[dict], tol: float = 1e-9) -> dict:
@@ -143,10 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"skip {domain}:{source}: {exc}", file=sys.stderr)
                     continue
                 t0 = time.perf_counter()
-                n_tasks = len(tasks)
-                results = list(
-                    pool.map(_evaluate_task, tasks, [args.plans] * n_tasks, [args.repeats] * n_tasks, [args.seed] * n_tasks)
-                )
+                results = evaluate_tasks(tasks, args.plans, args.repeats, args.seed, args.workers, pool)
                 summary = summarize_domain(results)
                 summary["seconds"] = round(time.perf_counter() - t0, 1)
                 report["domains"][f"{domain}:{source}"] = summary

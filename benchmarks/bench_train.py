@@ -65,12 +65,12 @@ def select(pairs: pd.DataFrame, train_tasks: int, test_tasks: int, seed: int) ->
 
 
 def pairwise_accuracy(score, test: pd.DataFrame) -> float:
-    """Accuracy of ``score(prompts, actions) -> np.ndarray`` on ``test``; each distinct text scored once."""
-    cands = pd.concat([test[["prompt", "chosen"]].set_axis(["prompt", "action"], axis=1),
-                       test[["prompt", "rejected"]].set_axis(["prompt", "action"], axis=1)]).drop_duplicates()
-    rewards = dict(zip(zip(cands["prompt"], cands["action"], strict=True), score(cands["prompt"].tolist(), cands["action"].tolist()), strict=True))
-    r_c = np.array([rewards[(p, a)] for p, a in zip(test["prompt"], test["chosen"], strict=True)])
-    r_r = np.array([rewards[(p, a)] for p, a in zip(test["prompt"], test["rejected"], strict=True)])
+    """Accuracy of ``score(prompts, actions) -> np.ndarray`` on ``test``: the share of pairs whose
+    chosen text scores above the rejected one, each distinct text scored once
+    (``orchrm.evaluation.score_pairs``)."""
+    from orchrm.evaluation import score_pairs
+
+    r_c, r_r = score_pairs(score, test)
     return float((r_c > r_r).mean())
 
 
