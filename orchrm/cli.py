@@ -105,10 +105,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model_cfg = with_overrides(cfg.model, overrides)
     train_over = {k: v for k, v in {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr}.items() if v is not None}
     train_cfg = with_overrides(cfg.train, train_over)
+    callbacks = []
+    if args.mlflow_run_id:
+        from orchrm.registry import MlflowCallback
+
+        callbacks.append(MlflowCallback(args.mlflow_run_id))
     result = train_from_file(
-        args.pairs, args.out, model_config=model_cfg, train_config=train_cfg, resume=args.resume, overwrite=args.overwrite
+        args.pairs, args.out, model_config=model_cfg, train_config=train_cfg, resume=args.resume, overwrite=args.overwrite,
+        callbacks=callbacks,
     )
     print(result)
+    return 0
+
+
+def _cmd_pipeline(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.pipeline import run_pipeline
+
+    result = run_pipeline(load_config(args.config), traces_dir=args.traces, run_dir=args.out, say=print, progress=not args.quiet)
+    print(f"\n{result.status}: {result.message}")
     return 0
 
 
@@ -213,6 +228,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     earlier.add_argument("--overwrite", action="store_true", help="replace the model and checkpoints already in --out (default: refuse)")
     p.add_argument("--config", default=None, help="YAML config (model: and train: sections)")
+
+    p.add_argument(
+        "--mlflow-run-id", default=None,
+        help="log params and per-step/per-epoch metrics to this MLflow run (at MLFLOW_TRACKING_URI); the pipeline passes its train run",
+    )
+
+    p = add(
+        "pipeline",
+        _cmd_pipeline,
+        "run every stage once: collect/ingest, validate, pairs, train, evaluate, gate, register, promote",
+        "Run the whole pipeline once (what the Prefect flow orchrm-pipeline runs): collect in the sandbox, or "
+        "ingest the new trace files of --traces; validate; build pairs; validate; train in a subprocess; evaluate "
+        "the candidate and the champion on the same held-out pool; gate; register the candidate (alias "
+        "challenger) and promote it to champion only when every gate passed. Everything is tracked in MLflow "
+        "(MLFLOW_TRACKING_URI, default SQLite under the data folder). Exits 0 when the run completed, also with "
+        "verdict rejected or when there were no new traces.",
+    )
+    p.add_argument("--config", default="configs/default.yaml" if Path("configs/default.yaml").exists() else None,
+                   help="YAML config (default: configs/default.yaml when run from the project folder, else the built-in settings)")
+    p.add_argument("--traces", default=None,
+                   help="folder of your own traces (*.jsonl, *.parquet in the artifact schema) to train on instead of the "
+                   "sandbox; a run with no file new since the last run stops early (default: the config's pipeline.traces_dir)")
+    p.add_argument("--out", default=None, help="folder for this run's tables, model and reports (default: a new <data_dir>/runs/<UTC time>-pipeline)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     p = add("demo", _cmd_demo, "run the pipeline on embedded defaults", "Run the whole pipeline on the sandbox and print what happened.")
     p.add_argument(

@@ -240,6 +240,29 @@ class RegistryConfig(_Frozen):
     model_name: str = "orchrm-reward"
 
 
+class RunConfig(_Frozen):
+    """How :func:`orchrm.pipeline.run_pipeline` runs its stages: where new traces arrive, how
+    training is launched, and the Prefect task runner of the flows in ``flows/``."""
+
+    #: folder the nightly run ingests new traces from (``*.jsonl`` / ``*.parquet`` in the
+    #: artifact schema, DESIGN §3); None = collect in the sandbox
+    traces_dir: str | None = None
+    #: ``process``: ``orchrm train`` in a subprocess; ``torchrun``: ``torchrun -m orchrm.cli train``
+    launcher: Literal["process", "torchrun"] = "process"
+    #: processes per node under torchrun
+    nproc_per_node: int = Field(1, ge=1)
+    #: training is stopped (and nothing registered) after this many seconds
+    train_timeout_s: float = Field(3600.0, gt=0)
+    #: Prefect task runner of the flows: ``threads`` (ThreadPoolTaskRunner) or ``dask``
+    #: (prefect-dask's DaskTaskRunner; a local cluster unless ``dask_address`` names a scheduler)
+    task_runner: Literal["threads", "dask"] = "threads"
+    max_workers: int = Field(4, ge=1)
+    dask_address: str | None = None
+    #: retries of the stages that talk to the tracking server or storage
+    retries: int = Field(2, ge=0)
+    retry_delay_s: float = Field(10.0, ge=0)
+
+
 class PipelineConfig(_Frozen):
     """The whole pipeline. ``data_dir`` holds run data (tables, models, tracking store)."""
 
@@ -252,6 +275,7 @@ class PipelineConfig(_Frozen):
     train: TrainConfig = Field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    pipeline: RunConfig = Field(default_factory=RunConfig)
 
     @model_validator(mode="after")
     def _held_out_seed(self) -> PipelineConfig:

@@ -1,170 +1,134 @@
-"""``orchrm demo`` / ``make demo``: the whole pipeline on the embedded sandbox, end to end.
+"""``orchrm demo`` / ``make demo``: the pipeline on the embedded sandbox, then the champion at work.
 
-collect -> validate artifacts -> build pairs -> validate pairs -> train -> held-out evaluation ->
-best-of-N selection on a held-out task. Every figure printed is computed in this run; tables,
-the model and the validation reports land under ``<data_dir>/demo``.
+The pipeline is :func:`orchrm.pipeline.run_pipeline` (``make demo`` runs it as the Prefect flow
+``orchrm-pipeline``; ``orchrm demo`` calls it directly). Afterwards the champion is loaded from the
+registry by alias and picks the best of N candidate plans for a held-out task, executing only
+that one. The demo ends with the verdict, the champion version, the held-out figures and the
+commands that open the MLflow and Prefect UIs on what it made.
 """
 
 from __future__ import annotations
 
 import os
-import random
-import time
+import shlex
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from orchrm.config import PipelineConfig, load_config
+from orchrm.pipeline import PipelineResult, champion_uri, run_pipeline
+
+Say = Callable[[str], None]
+
+#: the held-out figures the demo's ending prints (the gates' N is added at run time)
+HEADLINE = ("pairwise_accuracy", "ece", "gap_closed", "scoring_latency_ms_p50")
 
 
-@dataclass
+@dataclass(frozen=True)
+class Example:
+    """The best-of-N example: the champion scored ``candidates`` plans for ``question`` and only
+    the best one ran."""
+
+    domain: str
+    question: str
+    candidates: tuple[tuple[float, str, str], ...]  # (reward, plan shape, tiers), best first
+    answer: str | None
+    quality: float | None
+    execution_tokens: int
+    scoring_tokens: int
+
+
+@dataclass(frozen=True)
 class DemoResult:
-    out_dir: Path
-    artifacts: int = 0
-    pairs: int = 0
-    pairwise_accuracy: dict[str, float] = field(default_factory=dict)
-    best_of_n: pd.DataFrame | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
+    pipeline: PipelineResult
+    example: Example | None
 
 
-def _stage(name: str, result: DemoResult, say: Callable[[str], None]):
-    class _Timer:
-        def __enter__(self):
-            say(f"\n== {name}")
-            self.t0 = time.perf_counter()
-            return self
-
-        def __exit__(self, *exc):
-            result.seconds[name] = round(time.perf_counter() - self.t0, 1)
-            if exc[0] is None:
-                say(f"   ({result.seconds[name]:.1f} s)")
-
-    return _Timer()
-
-
-def pairwise_accuracy(model, pairs: pd.DataFrame, by: tuple[str, ...] = ("granularity", "domain")) -> pd.DataFrame:
-    """Share of pairs where the model scores ``chosen`` above ``rejected``, per group."""
-    if pairs.empty:
-        return pd.DataFrame(columns=[*by, "pairs", "accuracy"])
-    chosen = model.score(list(pairs.prompt), list(pairs.chosen)).numpy()
-    rejected = model.score(list(pairs.prompt), list(pairs.rejected)).numpy()
-    scored = pairs.assign(correct=(chosen > rejected).astype(float))
-    out = scored.groupby(list(by)).correct.agg(["size", "mean"]).reset_index()
-    return out.rename(columns={"size": "pairs", "mean": "accuracy"})
-
-
-def best_of_n(model, artifacts: pd.DataFrame, task_ids: set[str]) -> pd.DataFrame:
-    """On held-out tasks, pick one of the executed candidate plans by reward-model score and
-    compare its realised quality with a random candidate and the best candidate (per domain)."""
-    finals = artifacts[artifacts.is_final & artifacts.task_id.isin(task_ids)]
-    if finals.empty:
-        return pd.DataFrame()
-    finals = finals.assign(reward=model.score(list(finals.question), list(finals.plan_text)).numpy())
-    rows = []
-    for (domain, _task), g in finals.groupby(["domain", "task_id"], sort=True):
-        rows.append(
-            {
-                "domain": domain,
-                "random": float(g.quality.mean()),  # expectation of a uniform random pick
-                "reward_model": float(g.loc[g.reward.idxmax(), "quality"]),
-                "oracle": float(g.quality.max()),
-            }
-        )
-    df = pd.DataFrame(rows)
-    return df.groupby("domain").agg(tasks=("oracle", "size"), random=("random", "mean"), reward_model=("reward_model", "mean"), oracle=("oracle", "mean")).reset_index()
-
-
-def run_demo(config: str | os.PathLike | PipelineConfig | None = None, *, out_dir: str | os.PathLike | None = None, say: Callable[[str], None] = print) -> DemoResult:
-    """Run the pipeline on the sandbox and print what happened at each stage."""
-    from orchrm.collect import collect, summarize
+def best_of_n_example(config: PipelineConfig, *, say: Say = print) -> Example | None:
+    """Load ``champion`` from the registry (:func:`orchrm.serving.load_reward_model`), let a
+    :class:`~orchrm.serving.TestTimeScalableOrchestrator` score ``gates.best_of`` candidate plans
+    for the first held-out task and execute only the best. None when there is no champion."""
+    from orchrm import registry
+    from orchrm.evaluation import held_out_tasks
     from orchrm.executor import MultiAgentExecutor
-    from orchrm.orchestrators import BaseSampler
-    from orchrm.pairs import build_pairs
-    from orchrm.tasks.base import stable_id
-    from orchrm.traces import write_table
-    from orchrm.train import fit
-    from orchrm.validation import validate_artifacts, validate_pairs
+    from orchrm.serving import TestTimeScalableOrchestrator, load_reward_model
 
+    if registry.champion_version(config) is None:
+        say("no champion yet, so no best-of-N example: the first candidate failed a gate")
+        return None
+    model = load_reward_model(champion_uri(config), tracking_uri=registry.tracking_uri(config))
+    task = held_out_tasks(config)[0]
+    n = config.evaluate.gates.best_of
+    orch = TestTimeScalableOrchestrator(
+        reward_model=model, num_candidates=n, executor=MultiAgentExecutor(noise=config.sandbox, seed=config.evaluate.seed), seed=config.evaluate.seed
+    )
+    result = orch.execute(task)
+    say(f"\nbest-of-{n} with {champion_uri(config)} on a held-out {task.domain} task: {task.question[:200]}")
+    rows = []
+    for i, c in enumerate(result.candidates):
+        tiers = ", ".join(c.plan.tiers_used()) or "no LLM"
+        rows.append((c.score, c.plan.shape(), tiers))
+        say(f" {'->' if i == 0 else '  '} reward {c.score:+.3f}  {c.plan.shape()}  [{tiers}]")
+    say(
+        f"executed only the best: answer {result.answer!r}, quality {result.quality}, {result.execution_tokens} "
+        f"execution tokens ({result.scoring_tokens} tokens read by the reward model)"
+    )
+    return Example(task.domain, task.question, tuple(rows), result.answer, result.quality, result.execution_tokens, result.scoring_tokens)
+
+
+def ending(result: PipelineResult, config: PipelineConfig) -> str:
+    """The last lines of the demo: verdict, champion, held-out figures, the two UI commands."""
+    lines = ["", "== done", f"verdict: {result.status} - {result.message}", f"champion: version {result.champion_version}"]
+    if result.evaluation is not None:
+        m = result.evaluation.metrics
+        n = config.evaluate.gates.best_of
+        keys = [*HEADLINE, f"best_of_{n}.reward_model", f"best_of_{n}.random", f"best_of_{n}.cost_only", f"best_of_{n}.expected_oracle"]
+        figures = ", ".join(f"{k} {m[k]:.3f}" for k in keys if k in m)
+        lines.append(f"held-out figures: {figures}")
+        lines.append(f"report: {result.evaluation.report_dir}")
+    lines += ["", "open what this made:", *ui_commands(result, config)]
+    return "\n".join(lines)
+
+
+def ui_commands(result: PipelineResult, config: PipelineConfig) -> list[str]:
+    """The commands that open the MLflow UI on this run's store and the Prefect UI on the flow runs."""
+    from orchrm import registry
+
+    bin_dir = Path(sys.executable).parent
+    mlflow = bin_dir / "mlflow" if (bin_dir / "mlflow").exists() else Path("mlflow")
+    prefect = bin_dir / "prefect" if (bin_dir / "prefect").exists() else Path("prefect")
+    uri = result.tracking_uri or registry.tracking_uri(config)
+    mlflow_cmd = f"  MLflow:  {_rel(mlflow)} ui --backend-store-uri {shlex.quote(uri)}   (http://127.0.0.1:5000)"
+    home = os.environ.get("PREFECT_HOME")
+    api = os.environ.get("PREFECT_API_URL")
+    if api:
+        prefect_cmd = f"  Prefect: the flow runs are on {api} (open it in a browser)"
+    else:
+        prefix = f"PREFECT_HOME={shlex.quote(_rel(Path(home)))} " if home else ""
+        prefect_cmd = f"  Prefect: {prefix}{_rel(prefect)} server start   (http://127.0.0.1:4200)"
+    return [mlflow_cmd, prefect_cmd]
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def run_demo(
+    config: str | os.PathLike | PipelineConfig | None = None,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    say: Say = print,
+    pipeline: Callable[..., PipelineResult] | None = None,
+) -> DemoResult:
+    """Run the pipeline (``pipeline``: default :func:`run_pipeline`; ``make demo`` passes the
+    Prefect flow's runner), the best-of-N example with the champion, and print the ending."""
     cfg = config if isinstance(config, PipelineConfig) else load_config(config)
-    out = Path(out_dir) if out_dir else cfg.data_path("demo")
-    out.mkdir(parents=True, exist_ok=True)
-    result = DemoResult(out_dir=out)
-    c = cfg.collect
-
-    with _stage(f"1/6 collect: {c.tasks_per_domain} tasks x {c.plans_per_task} plans in {', '.join(c.domains)}", result, say):
-        artifacts = collect(
-            domains=c.domains,
-            tasks_per_domain=c.tasks_per_domain,
-            plans_per_task=c.plans_per_task,
-            seed=c.seed,
-            source=dict(c.sources) or None,
-            workers=c.workers,
-            noise=cfg.sandbox,
-            orchestrators=c.orchestrators,
-        )
-        write_table(artifacts, out / "artifacts.parquet")
-        result.artifacts = len(artifacts)
-        say(summarize(artifacts))
-
-    with _stage("2/6 validate artifacts (Great Expectations)", result, say):
-        report = validate_artifacts(artifacts, out_dir=out / "validation" / "artifacts")
-        say(str(report))
-
-    with _stage("3/6 build win/loss pairs", result, say):
-        pairs = build_pairs(artifacts, cfg.pairs)
-        write_table(pairs, out / "pairs.parquet")
-        result.pairs = len(pairs)
-        counts = pairs.groupby(["source", "split"]).size().unstack(fill_value=0)
-        say(counts.to_string())
-
-    with _stage("4/6 validate pairs (Great Expectations)", result, say):
-        report = validate_pairs(pairs, artifacts=artifacts, out_dir=out / "validation" / "pairs")
-        say(str(report))
-
-    with _stage(f"5/6 train the Bradley-Terry reward model ({cfg.model.encoder} encoder)", result, say):
-        trained = fit(pairs, cfg.model, cfg.train, checkpoint_dir=out / "checkpoints")
-        model = trained.model
-        path = model.save(out / "model.safetensors")
-        say(str(trained))
-        say(f"saved {path}")
-
-    with _stage("6/6 evaluate on held-out tasks (split = test)", result, say):
-        test = pairs[pairs.split == "test"]
-        acc = pairwise_accuracy(model, test)
-        result.pairwise_accuracy = {f"{r.granularity}/{r.domain}": float(r.accuracy) for r in acc.itertuples()}
-        say("pairwise accuracy (chosen scored above rejected):")
-        say(acc.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-        held_out = set(test.task_id) | {t for t in artifacts.task_id.unique() if _split_of(t, cfg) == "test"}
-        bon = best_of_n(model, artifacts, held_out)
-        result.best_of_n = bon
-        say(f"\nbest-of-{c.plans_per_task} plan selection on held-out tasks (mean realised quality of the pick):")
-        say(bon.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-
-        # one worked example: score fresh candidates for one held-out task, execute only the best
-        task_id = sorted(held_out)[0] if held_out else None
-        if task_id is not None:
-            row = artifacts[artifacts.task_id == task_id].iloc[0]
-            from orchrm.tasks.base import load_tasks
-
-            tasks = {t.task_id: t for d in c.domains for t in load_tasks(d, c.tasks_per_domain, seed=c.seed, source=c.source(d))}
-            task = tasks[task_id]
-            ex = MultiAgentExecutor(noise=cfg.sandbox, seed=c.seed)
-            rng = random.Random(int(stable_id("demo", c.seed, n=8), 16))
-            candidates = BaseSampler().sample(task, c.plans_per_task, rng)
-            rewards = model.score(task.question, [p.render() for p in candidates]).tolist()
-            best = max(range(len(candidates)), key=rewards.__getitem__)
-            run = ex.run_plan(task, candidates[best])
-            say(f"\nexample ({row.domain}, held out): {task.question[:200]}")
-            for i, (p, r) in enumerate(zip(candidates, rewards, strict=True)):
-                mark = "->" if i == best else "  "
-                say(f" {mark} reward {r:+.3f}  {p.shape()}  [{', '.join(p.tiers_used()) or 'no LLM'}]")
-            say(f"executed only the best: answer {run.answer!r}, quality {run.quality}, {run.tokens} tokens")
-    return result
-
-
-def _split_of(task_id: str, cfg: PipelineConfig) -> str:
-    from orchrm.pairs import assign_split
-
-    return str(assign_split([task_id], cfg.pairs.val_fraction, cfg.pairs.test_fraction)[0])
+    run = pipeline or (lambda c, **kw: run_pipeline(c, **kw))
+    result = run(cfg, run_dir=out_dir, say=say)
+    example = best_of_n_example(cfg, say=say) if result.evaluation is not None else None
+    say(ending(result, cfg))
+    return DemoResult(pipeline=result, example=example)

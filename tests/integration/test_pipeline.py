@@ -34,16 +34,25 @@ def test_design_section_12_runs_as_written(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_demo_runs_the_whole_pipeline_on_the_tiny_config(tmp_path):
+def test_demo_runs_the_pipeline_then_the_champion_picks_a_plan(tmp_path):
+    import yaml
+
+    from orchrm.config import config_from_dict
     from orchrm.demo import run_demo
 
+    data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text()) | {"data_dir": str(tmp_path / "data")}
+    # gates a two-epoch tiny model can pass: this test is about the demo, not the model's skill
+    gates = {"min_pairwise_accuracy": 0.0, "min_best_of_n_gain": -1.0, "beat_cost_only": False}
+    data["evaluate"] = {**data.get("evaluate", {}), "gates": {**data.get("evaluate", {}).get("gates", {}), **gates}}
     lines: list[str] = []
-    result = run_demo(ROOT / "configs" / "tiny.yaml", out_dir=tmp_path, say=lines.append)
+    result = run_demo(config_from_dict(data), out_dir=tmp_path / "run", say=lines.append)
     text = "\n".join(lines)
-    for stage in ("1/6 collect", "2/6 validate artifacts", "3/6 build win/loss pairs", "4/6 validate pairs", "5/6 train", "6/6 evaluate"):
+    for stage in ("1/8 collect", "2/8 validate artifacts", "3/8 build win/loss pairs", "4/8 validate pairs", "5/8 train",
+                  "6/8 evaluate", "7/8 gates", "8/8 register"):
         assert stage in text
-    assert result.artifacts > 0 and result.pairs > 0
-    for name in ("artifacts.parquet", "pairs.parquet", "model.safetensors"):
-        assert (tmp_path / name).is_file()
-    assert (tmp_path / "validation" / "pairs").is_dir()
-    assert "executed only the best" in text
+    for name in ("pairs.parquet", "model/model.safetensors", "validation/pairs", "evaluation"):
+        assert (tmp_path / "run" / name).exists(), name
+    assert result.pipeline.status == "promoted"  # the first candidate has no champion to beat
+    assert result.example is not None and "executed only the best" in text
+    assert f"verdict: {result.pipeline.status}" in text and "champion: version 1" in text
+    assert "ui --backend-store-uri sqlite:///" in text and "server start" in text

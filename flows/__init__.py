@@ -1,0 +1,19 @@
+"""Prefect flows over :mod:`orchrm.pipeline`: thin files whose tasks wrap the library's stage functions.
+
+Each file names one stage's tasks (retries where I/O can fail, caching where a stage is a pure
+function of its inputs); :mod:`flows.pipeline` holds the parent flow ``orchrm-pipeline`` and the
+scheduled entry points (``nightly``, ``weekly``) that ``prefect.yaml`` deploys. The order of the
+stages lives in :func:`orchrm.pipeline.run_pipeline` alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchrm import pipeline
+
+
+def transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry condition: retry a failed I/O call (tracking server, storage), never a verdict
+    about the data or the model (a data-quality failure, a failed training)."""
+    return pipeline.is_transient(state.result(raise_on_failure=False))

@@ -1,0 +1,119 @@
+"""The parent flow ``orchrm-pipeline`` and the scheduled entry points that ``prefect.yaml`` deploys.
+
+``orchrm-pipeline`` runs :func:`orchrm.pipeline.run_pipeline` with the stage tasks of this package
+on the configured task runner, then publishes two Prefect artifacts: the markdown report (gate
+verdict with every figure and threshold, pairwise and best-of-N tables) and a link to the MLflow
+run. ``orchrm-nightly`` is the same on the new traces of a folder; ``orchrm-weekly-reevaluation``
+evaluates the champion again on fresh held-out tasks.
+
+    python -m flows.pipeline --config configs/default.yaml          # one run, Prefect's ephemeral API
+    python -m flows.pipeline --config configs/default.yaml --demo   # what `make demo` runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows import build_pairs, collect, evaluate, promote, train, validate
+from orchrm import pipeline
+from orchrm.config import PipelineConfig, load_config
+
+DEFAULT_CONFIG = "configs/default.yaml"
+
+
+def stages(config: PipelineConfig) -> pipeline.Stages:
+    """The stage tasks with the config's retries, the cached ones persisting under the data dir."""
+    results = config.data_path("prefect-results").expanduser().resolve()
+    io = {"retries": config.pipeline.retries, "retry_delay_seconds": config.pipeline.retry_delay_s}
+    return pipeline.Stages(
+        find_new_traces=collect.find_new_traces.with_options(**io),
+        ingest=collect.ingest.with_options(**io),
+        collect=collect.collect.with_options(result_storage=results),
+        validate_artifacts=validate.validate_artifacts.with_options(**io),
+        build_pairs=build_pairs.build_pairs.with_options(**io),
+        validate_pairs=validate.validate_pairs.with_options(**io),
+        build_pool=evaluate.build_pool.with_options(result_storage=results),
+        train=train.train,
+        evaluate=evaluate.evaluate.with_options(**io),
+        gate=evaluate.gate,
+        register=promote.register.with_options(**io),
+        promote=promote.promote.with_options(**io),
+        record_ingested=collect.record_ingested.with_options(**io),
+    )
+
+
+def task_runner(config: PipelineConfig):
+    """``pipeline.task_runner``: threads, or prefect-dask's DaskTaskRunner (the scheduler at
+    ``pipeline.dask_address``, else a local cluster)."""
+    run = config.pipeline
+    if run.task_runner == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        if run.dask_address:
+            return DaskTaskRunner(address=run.dask_address)
+        return DaskTaskRunner(cluster_kwargs={"n_workers": 1, "threads_per_worker": run.max_workers, "processes": False})
+    return ThreadPoolTaskRunner(max_workers=run.max_workers)
+
+
+@flow(name="orchrm-stages")
+def run_stages(config: PipelineConfig, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
+    return pipeline.run_pipeline(config, traces_dir=traces_dir, run_dir=run_dir, stages=stages(config), say=get_run_logger().info)
+
+
+def publish(result: pipeline.PipelineResult, config: PipelineConfig) -> None:
+    create_markdown_artifact(key="orchrm-pipeline-report", markdown=pipeline.report_markdown(result), description=f"verdict: {result.status}")
+    url = pipeline.mlflow_run_url(config, result.run_id)
+    if url:
+        create_link_artifact(key="orchrm-mlflow-run", link=url, link_text=f"MLflow run {result.run_id}", description="the pipeline's parent run")
+
+
+@flow(name="orchrm-pipeline")
+def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
+    """Every stage once: collect (or ingest ``traces_dir``), validate, pairs, validate, train,
+    evaluate, gate, register, promote. Fails on bad data or a failed training; completes with
+    verdict ``rejected`` when a gate fails (``champion`` untouched)."""
+    cfg = load_config(config)
+    result = run_stages.with_options(task_runner=task_runner(cfg))(cfg, traces_dir=traces_dir, run_dir=run_dir)
+    publish(result, cfg)
+    return result
+
+
+@flow(name="orchrm-nightly")
+def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> pipeline.PipelineResult:
+    """Retrain on the trace files of ``traces_dir`` (default ``pipeline.traces_dir``); a night with no
+    new file ends early and says so."""
+    return orchrm_pipeline(config, traces_dir=pipeline.nightly_traces_dir(load_config(config), traces_dir))
+
+
+@flow(name="orchrm-weekly-reevaluation")
+def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None) -> pipeline.Reevaluation:
+    """The champion on fresh held-out tasks (``seed``, default one per ISO week), gates checked."""
+    cfg = load_config(config)
+    result = pipeline.reevaluate_champion(cfg, seed=seed, stages=stages(cfg), say=get_run_logger().info)
+    create_markdown_artifact(key="orchrm-weekly-report", markdown=pipeline.reevaluation_markdown(result), description=result.message)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description="Run the orchrm-pipeline flow once.")
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"YAML config (default: {DEFAULT_CONFIG})")
+    parser.add_argument("--traces", default=None, help="folder of trace files to ingest instead of collecting")
+    parser.add_argument("--demo", action="store_true", help="then the best-of-N example with the champion, and the demo's ending")
+    args = parser.parse_args(argv)
+    if args.demo:
+        from orchrm.demo import run_demo
+
+        run_demo(args.config, pipeline=lambda cfg, run_dir=None, say=None: orchrm_pipeline(args.config, traces_dir=args.traces, run_dir=run_dir))
+        return 0
+    result = orchrm_pipeline(args.config, traces_dir=args.traces)
+    print(f"{result.status}: {result.message}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

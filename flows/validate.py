@@ -1,0 +1,10 @@
+"""The Great Expectations gates on both tables; a failure raises DataQualityError and fails the flow."""
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from flows import transient
+from orchrm import pipeline
+
+validate_artifacts = task(pipeline.validate_artifacts_stage, name="validate-artifacts", cache_policy=NO_CACHE, retries=2, retry_condition_fn=transient)
+validate_pairs = task(pipeline.validate_pairs_stage, name="validate-pairs", cache_policy=NO_CACHE, retries=2, retry_condition_fn=transient)

@@ -1,0 +1,53 @@
+"""Failures a user meets without a full pipeline run: bad traces, and a night with nothing new."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from orchrm.errors import DataQualityError
+from tests.flows.conftest import write_config
+
+PLAN = '<agent id="a1" type="CoT" model="{tier}"/>'
+
+
+def _traces(path, ids):
+    rows = [
+        {"task_id": f"t{i // 2}", "question": f"What is {i // 2} + 2?", "plan_text": PLAN.format(tier="small" if i % 2 else "large"),
+         "content": str(i // 2 + 2 + i % 2), "quality": float(i % 2 == 0), "artifact_id": artifact_id}
+        for i, artifact_id in enumerate(ids)
+    ]
+    pd.DataFrame(rows).to_json(path, orient="records", lines=True)
+
+
+def test_a_data_quality_failure_fails_the_flow_and_names_the_expectation(tmp_path):
+    from flows.pipeline import orchrm_pipeline
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    # the same artifact ids in two exports: each file is fine alone, the table they make is not
+    _traces(traces / "monday.jsonl", ["a1", "a2", "a3", "a4"])
+    _traces(traces / "tuesday.jsonl", ["a1", "a2", "a5", "a6"])
+    config = write_config(tmp_path)
+    with pytest.raises(DataQualityError, match=r"(?s)artifact_id_unique.*a1"):
+        orchrm_pipeline(str(config), traces_dir=str(traces))
+
+
+def test_a_night_without_new_traces_ends_early_and_says_so(tmp_path):
+    from flows.pipeline import nightly
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    config = write_config(tmp_path, pipeline={"traces_dir": str(traces)})
+    result = nightly(str(config))
+    assert result.status == "no-new-traces"
+    assert "no new traces" in result.message and str(traces) in result.message
+    assert result.registered is None
+
+
+def test_the_nightly_deployment_needs_a_traces_folder(tmp_path):
+    from flows.pipeline import nightly
+    from orchrm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="set pipeline.traces_dir"):
+        nightly(str(write_config(tmp_path)))

@@ -1,0 +1,124 @@
+"""The orchrm-pipeline flow on the tiny config: what a run publishes, and how each failure behaves.
+
+One store (MLflow registry and Prefect results) is shared by the tests of this module: the first
+run makes a champion, the later ones show what a crash, a failed gate and the weekly
+re-evaluation do to it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from mlflow import MlflowClient
+
+from orchrm import registry
+from orchrm.config import load_config
+from orchrm.errors import TrainingError
+from tests.flows.conftest import write_config
+
+pytestmark = pytest.mark.slow
+
+#: gates a two-epoch tiny model can pass: these tests are about the pipeline, not the model's skill
+LENIENT = {"min_pairwise_accuracy": 0.0, "min_best_of_n_gain": -1.0, "beat_cost_only": False}
+
+
+def _versions(cfg) -> list[int]:
+    c = MlflowClient(tracking_uri=registry.tracking_uri(cfg), registry_uri=registry.tracking_uri(cfg))
+    return sorted(int(v.version) for v in c.search_model_versions(f"name='{cfg.registry.model_name}'"))
+
+
+def _artifacts(key: str):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+
+def _task_run_states(prefix: str) -> list[str]:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return [r.state.name for r in client.read_task_runs() if r.name.startswith(prefix) and r.state is not None]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A data folder where one pipeline run has happened; its config path and result."""
+    from flows.pipeline import orchrm_pipeline
+
+    folder = tmp_path_factory.mktemp("store")
+    path = write_config(folder, evaluate={"gates": LENIENT})
+    result = orchrm_pipeline(str(path))
+    return path, result
+
+
+def test_a_run_trains_registers_and_promotes_the_first_candidate(store):
+    path, result = store
+    cfg = load_config(path)
+    assert result.status == "promoted", result.message
+    assert result.registered.version == 1
+    assert registry.champion_version(cfg) == 1
+    assert registry.alias_version(cfg, "challenger") == 1
+    # one parent run, a nested run per stage, ids passed explicitly
+    c = MlflowClient(tracking_uri=registry.tracking_uri(cfg))
+    children = c.search_runs([c.get_run(result.run_id).info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{result.run_id}'")
+    assert {r.info.run_name for r in children} >= {"validate-artifacts", "build-pairs", "validate-pairs", "train", "evaluate"}
+    train = next(r for r in children if r.info.run_name == "train")
+    assert "epoch.train_loss" in train.data.metrics  # logged by the training subprocess
+
+
+def test_every_run_publishes_the_report_and_a_link_to_the_mlflow_run(store):
+    _, result = store
+    (report,) = [a for a in _artifacts("orchrm-pipeline-report") if result.status in (a.description or "")][:1]
+    for gate in result.verdict.gates:
+        assert f"| {gate.name} |" in report.data
+    assert "Gates" in report.data and "best" in report.data.lower()
+    links = _artifacts("orchrm-mlflow-run")
+    assert any(result.run_id in (a.data or "") for a in links)
+
+
+def test_a_crash_in_training_registers_nothing_and_the_next_run_completes(store, tmp_path):
+    from flows.pipeline import orchrm_pipeline
+
+    path, _ = store
+    cfg = load_config(path)
+    before = _versions(cfg)
+    crashing = write_config(path.parent, "crash.yaml", evaluate={"gates": LENIENT}, pipeline={"train_timeout_s": 0.5})
+    with pytest.raises(TrainingError, match="did not finish within pipeline.train_timeout_s = 0.5 s.*nothing was registered"):
+        orchrm_pipeline(str(crashing))
+    assert _versions(cfg) == before
+    assert registry.champion_version(cfg) == 1
+
+    result = orchrm_pipeline(str(path))
+    assert result.registered.version == before[-1] + 1
+    assert result.status in ("promoted", "rejected")
+    # the collection was not repeated: Prefect served it from the cache keyed on its inputs
+    assert "Cached" in _task_run_states("collect")
+
+
+def test_a_failed_gate_completes_with_verdict_rejected_and_champion_untouched(store):
+    from flows.pipeline import orchrm_pipeline
+
+    path, _ = store
+    cfg = load_config(path)
+    champion = registry.champion_version(cfg)
+    strict = write_config(path.parent, "strict.yaml", evaluate={"gates": {**LENIENT, "max_scoring_latency_ms": 1e-6}})
+    result = orchrm_pipeline(str(strict))
+    assert result.status == "rejected"
+    assert "max_scoring_latency_ms" in [g.name for g in result.verdict.failed()]
+    assert registry.champion_version(cfg) == champion
+    assert registry.alias_version(cfg, "challenger") == result.registered.version
+    assert result.registered.version != champion
+
+
+def test_the_weekly_reevaluation_checks_the_champion_on_fresh_tasks(store):
+    from flows.pipeline import weekly
+
+    path, _ = store
+    cfg = load_config(path)
+    result = weekly(str(path), seed=7)
+    assert result.champion_version == registry.champion_version(cfg)
+    assert result.pool.seed == 7
+    assert "pairwise_accuracy" in result.evaluation.metrics or "best_of_1.reward_model" in result.evaluation.metrics
+    assert result.verdict is not None
+    assert _artifacts("orchrm-weekly-report")
