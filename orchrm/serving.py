@@ -122,6 +122,12 @@ def load_reward_model(uri_or_path: str | os.PathLike, *, tracking_uri: str | Non
     tmp = Path(tempfile.mkdtemp(prefix="orchrm-model-"))
     try:
         local = _download(text, tracking, tmp)
+        if not any(local.rglob("*.safetensors")):
+            raise RegistryError(
+                f"{text}: its files are gone from the artifact store (no model file came back from "
+                f"{tracking}). The version is registered but its model is lost: re-log and register the "
+                "model (orchrm.registry.log_model / register_candidate), or load another version"
+            )
         file = _find_model_file(local)
         try:
             return BradleyTerryModel.load(file, device=device)

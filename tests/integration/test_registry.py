@@ -1,0 +1,293 @@
+"""The model registry on a real SQLite store (DESIGN §8): register, gate, promote, load back.
+
+One store per module: a good candidate (trained on the synthetic pairs) and a deliberately weak
+one (trained on the same pairs with chosen and rejected swapped, so it learned the opposite).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import torch
+
+from orchrm import registry
+from orchrm.config import PipelineConfig
+from orchrm.errors import ModelFileError, PromotionRejected, RegistryError
+from orchrm.evaluation import GateResult, Verdict
+from orchrm.serving import load_reward_model
+from tests.model.conftest import make_pairs
+
+pytestmark = pytest.mark.integration
+
+TINY = dict(hidden_dim=32, num_layers=2, num_heads=2, max_length=96, vocab_size=300, dropout=0.0)
+
+
+def heldout_accuracy(model, pairs: pd.DataFrame) -> float:
+    test = pairs[pairs["split"] == "test"]
+    chosen = model.score(test["prompt"].tolist(), test["chosen"].tolist())
+    rejected = model.score(test["prompt"].tolist(), test["rejected"].tolist())
+    return float((chosen > rejected).float().mean())
+
+
+def accuracy_verdict(accuracy: float, config: PipelineConfig) -> Verdict:
+    """The pairwise-accuracy gate alone, measured on held-out pairs (the full gate set needs a
+    candidate pool; tests/integration/test_pipeline.py runs it)."""
+    threshold = config.evaluate.gates.min_pairwise_accuracy
+    gate = GateResult(
+        name="min_pairwise_accuracy",
+        passed=accuracy >= threshold,
+        value=accuracy,
+        threshold=threshold,
+        detail=f"held-out pairwise accuracy {accuracy:.3f} {'>=' if accuracy >= threshold else '<'} {threshold}",
+    )
+    return Verdict((gate,))
+
+
+def train(pairs: pd.DataFrame, *, run_id: str | None = None):
+    from orchrm import BradleyTerryModel, Trainer
+
+    model = BradleyTerryModel(**TINY)
+    callbacks = [registry.MlflowCallback(run_id)] if run_id else []
+    Trainer(model=model, batch_size=16, lr=3e-3, progress=False, callbacks=callbacks).train(pairs=pairs, epochs=4)
+    return model.eval()
+
+
+@dataclass
+class Store:
+    config: PipelineConfig
+    pairs: pd.DataFrame
+    good: object
+    weak: object
+    good_file: Path
+    parent_run: str
+    train_run: str
+    good_run: str
+    weak_run: str
+    good_version: int
+    weak_version: int
+    digest: str
+    good_uri: str
+    good_verdict: Verdict
+    weak_verdict: Verdict
+
+
+def build_store(root: Path) -> Store:
+    """A registry with a champion (the good model, v1) and a rejected challenger (the weak, v2)."""
+    torch.set_num_threads(1)
+    config = PipelineConfig(data_dir=str(root / "data"))
+    registry.configure(config)
+    pairs = make_pairs(40, seed=0)
+    parent = registry.start_run(config, "orchrm-pipeline")
+    train_run = registry.start_run(config, "train", parent_run_id=parent)
+    good = train(pairs, run_id=train_run)
+    registry.end_run(config, train_run)
+    swapped = pairs.rename(columns={"chosen": "rejected", "rejected": "chosen"})
+    weak = train(swapped)
+    pairs_file = root / "pairs.parquet"
+    pairs.to_parquet(pairs_file)
+    digest = registry.log_pairs_dataset(pairs, run_id=train_run, source=str(pairs_file))
+
+    versions, uris, runs, verdicts = [], [], [], []
+    for name, model in (("good", good), ("weak", weak)):
+        run_id = registry.start_run(config, f"candidate-{name}", parent_run_id=parent)
+        file = model.save(root / name / "model.safetensors")
+        uri = registry.log_model(file, run_id=run_id, config=config)
+        verdict = accuracy_verdict(heldout_accuracy(model, pairs), config)
+        versions.append(registry.register_candidate(uri, run_id=run_id, verdict=verdict, data_digest=digest, config=config))
+        uris.append(uri)
+        runs.append(run_id)
+        verdicts.append(verdict)
+        if name == "good":
+            registry.promote(versions[-1], config=config)
+    registry.end_run(config, parent)
+    return Store(
+        config, pairs, good, weak, root / "good" / "model.safetensors", parent, train_run, runs[0], runs[1],
+        versions[0], versions[1], digest, uris[0], verdicts[0], verdicts[1],
+    )
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Store:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        before = mlflow.get_tracking_uri()
+        yield build_store(tmp_path_factory.mktemp("registry"))
+        mlflow.set_tracking_uri(before)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------------
+# the store
+
+
+def test_store_is_sqlite_under_the_data_dir_with_artifacts_beside_it(store, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    db = (Path(store.config.data_dir) / "mlflow.db").resolve()
+    assert registry.tracking_uri(store.config) == f"sqlite:///{db}"
+    assert db.is_file()
+    exp = registry.client(registry.tracking_uri(store.config)).get_experiment_by_name("orchrm")
+    assert exp.artifact_location == (db.parent / "mlartifacts").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
+    assert registry.tracking_uri(store.config) == "http://mlflow.example:5000"
+
+
+def test_stage_runs_nest_under_the_pipeline_run(store):
+    c = registry.client(registry.tracking_uri(store.config))
+    for run_id in (store.train_run, store.good_run, store.weak_run):
+        assert c.get_run(run_id).data.tags["mlflow.parentRunId"] == store.parent_run
+    assert c.get_run(store.parent_run).info.status == "FINISHED"
+
+
+def test_callback_logs_params_and_per_step_and_per_epoch_metrics(store):
+    c = registry.client(registry.tracking_uri(store.config))
+    run = c.get_run(store.train_run)
+    assert run.data.params, "the trainer's params were not logged"
+    epochs = c.get_metric_history(store.train_run, "epoch.train_loss")
+    assert [m.step for m in epochs] == [1, 2, 3, 4] or [m.step for m in epochs] == [0, 1, 2, 3]
+    assert len(c.get_metric_history(store.train_run, "loss")) >= 2
+    assert "train.reward_std" in run.data.metrics
+
+
+def test_pairs_are_an_mlflow_dataset_with_their_digest(store):
+    run = registry.client(registry.tracking_uri(store.config)).get_run(store.train_run)
+    (ds,) = [d.dataset for d in run.inputs.dataset_inputs]
+    assert ds.name == "pairs" and ds.digest == store.digest
+    assert set(json.loads(ds.schema)["mlflow_colspec"][0]) >= {"name", "type"}
+    assert run.data.tags["orchrm.data_digest"] == store.digest
+
+
+# --------------------------------------------------------------------------------------------
+# register and promote
+
+
+def test_a_good_first_candidate_becomes_champion(store):
+    assert store.good_verdict.passed
+    assert registry.champion_version(store.config) == store.good_version == 1
+    info = registry.version_info(store.good_version, config=store.config)
+    assert info["tags"]["verdict"] == "promoted"
+    assert info["tags"]["gate.min_pairwise_accuracy"].startswith("pass: ")
+    assert info["tags"]["data_digest"] == store.digest
+    assert info["tags"]["git_commit"] == registry.git_commit() != ""
+    assert info["run_id"] == store.good_run
+
+
+def test_a_weak_candidate_is_registered_as_challenger_and_champion_stays(store):
+    assert not store.weak_verdict.passed
+    info = registry.version_info(store.weak_version, config=store.config)
+    assert store.weak_version == 2
+    assert "challenger" in info["aliases"] and "champion" not in info["aliases"]
+    assert info["tags"]["verdict"] == "rejected"
+    assert info["tags"]["gate.min_pairwise_accuracy"].startswith("fail: ")
+    with pytest.raises(PromotionRejected, match=r"version 2 .* failed 1 gate\(s\): min_pairwise_accuracy: .*champion stays at version 1"):
+        registry.promote(store.weak_version, config=store.config)
+    assert registry.champion_version(store.config) == store.good_version
+
+
+def test_promote_is_idempotent_and_reruns_on_an_existing_version(store):
+    assert registry.promote(store.good_version, config=store.config)
+    assert registry.promote(store.good_version, config=store.config)
+    assert registry.champion_version(store.config) == store.good_version
+
+
+def test_promoting_an_unknown_version_says_which(store):
+    with pytest.raises(RegistryError, match="has no version 99"):
+        registry.promote(99, config=store.config)
+
+
+# --------------------------------------------------------------------------------------------
+# load back
+
+
+def test_the_champion_loads_by_alias_and_scores_exactly_as_the_trained_model(store):
+    prompts = store.pairs["prompt"].tolist()[:16]
+    actions = store.pairs["chosen"].tolist()[:16]
+    expected = store.good.score(prompts, actions)
+    for uri in ("models:/orchrm-reward@champion", f"models:/orchrm-reward/{store.good_version}", store.good_uri, str(store.good_file)):
+        model = load_reward_model(uri, tracking_uri=registry.tracking_uri(store.config))
+        assert torch.equal(model.score(prompts, actions), expected), uri
+    assert not torch.equal(load_reward_model("models:/orchrm-reward@challenger", tracking_uri=registry.tracking_uri(store.config)).score(prompts, actions), expected)
+
+
+def test_pyfunc_predict_on_a_dataframe_equals_model_score(store):
+    mlflow.set_tracking_uri(registry.tracking_uri(store.config))
+    pyfunc = mlflow.pyfunc.load_model("models:/orchrm-reward@champion")
+    frame = pd.DataFrame({"prompt": store.pairs["prompt"][:12], "action": store.pairs["rejected"][:12]})
+    out = pyfunc.predict(frame)
+    assert list(out.columns) == ["reward"]
+    expected = store.good.score(frame["prompt"].tolist(), frame["action"].tolist()).numpy()
+    assert (out["reward"].to_numpy() == expected).all()
+
+
+def test_the_pyfunc_carries_signature_example_and_requirements(store):
+    from mlflow.models import Model
+
+    mlflow.set_tracking_uri(registry.tracking_uri(store.config))
+    local = Path(mlflow.artifacts.download_artifacts("models:/orchrm-reward@champion"))
+    meta = Model.load(local / "MLmodel")
+    assert [c["name"] for c in meta.signature.inputs.to_dict()] == ["prompt", "action"]
+    assert [c["name"] for c in meta.signature.outputs.to_dict()] == ["reward"]
+    assert meta.saved_input_example_info is not None
+    assert (local / "artifacts" / "model.safetensors").is_file()
+    # logged from code: the class is the copied source file, no pickled instance
+    assert meta.flavors["python_function"]["loader_module"] == "mlflow.pyfunc.loaders.code_model"
+    assert (local / "pyfunc_model.py").is_file() and not any(local.rglob("*.pkl"))
+    reqs = (local / "requirements.txt").read_text()
+    assert "torch==" in reqs and "mlflow==" in reqs
+
+
+def test_a_missing_alias_says_how_to_get_one(store):
+    with pytest.raises(RegistryError, match=r"no version of 'orchrm-reward' has the alias 'nightly'.*orchrm promote --version N"):
+        load_reward_model("models:/orchrm-reward@nightly", tracking_uri=registry.tracking_uri(store.config))
+
+
+def test_a_version_whose_files_are_gone_or_corrupt_says_what_to_do(store, tmp_path):
+    # a third version of its own, so the other tests keep their files
+    config = store.config
+    run_id = registry.start_run(config, "candidate-broken")
+    file = store.good.save(tmp_path / "model.safetensors")
+    uri = registry.log_model(file, run_id=run_id, config=config)
+    version = registry.register_candidate(uri, run_id=run_id, verdict=store.good_verdict, data_digest=store.digest, config=config)
+    mlflow.set_tracking_uri(registry.tracking_uri(config))
+    where = Path(mlflow.artifacts.download_artifacts(f"models:/orchrm-reward/{version}", dst_path=str(tmp_path / "dl")))
+    stored = Path(registry.client(registry.tracking_uri(config)).get_logged_model(uri.removeprefix("models:/")).artifact_location.removeprefix("file://"))
+    assert (stored / "artifacts" / "model.safetensors").is_file() and where.is_dir()
+
+    (stored / "artifacts" / "model.safetensors").write_bytes(b"not a safetensors file at all")
+    with pytest.raises(ModelFileError, match=rf"models:/orchrm-reward/{version}: the registered model file is unusable.*re-log and register"):
+        load_reward_model(f"models:/orchrm-reward/{version}", tracking_uri=registry.tracking_uri(config))
+
+    shutil.rmtree(stored)
+    with pytest.raises(RegistryError, match=rf"models:/orchrm-reward/{version}: .*(gone|cannot be read).*"):
+        load_reward_model(f"models:/orchrm-reward/{version}", tracking_uri=registry.tracking_uri(config))
+
+
+def test_an_unreachable_tracking_server_fails_after_bounded_retries():
+    uri = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(RegistryError, match=r"tracking server at http://127\.0\.0\.1:\d+ is unreachable .* after 4 attempts: start it"):
+        load_reward_model("models:/orchrm-reward@champion", tracking_uri=uri)
+
+
+def test_loading_imports_neither_the_sandbox_nor_the_task_suites(store):
+    code = (
+        "import sys; from orchrm import load_reward_model; "
+        f"m = load_reward_model({str(store.good_file)!r}); m.score('q', ['a']); "
+        f"m = load_reward_model('models:/orchrm-reward@champion', tracking_uri={registry.tracking_uri(store.config)!r}); "
+        "bad = sorted(k for k in sys.modules if k.startswith(('orchrm.agents', 'orchrm.tasks'))); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
