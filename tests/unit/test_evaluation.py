@@ -1,0 +1,303 @@
+"""orchrm.evaluation: every selector on a hand-computed pool, intervals, calibration, the gates."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchrm.config import EvaluateConfig, GatesConfig, config_from_dict
+from orchrm.errors import ConfigError
+from orchrm.evaluation import (
+    POOL_COLUMNS,
+    SELECTORS,
+    CandidatePool,
+    Verdict,
+    accuracy_table,
+    best_of_n_picks,
+    best_of_n_table,
+    best_of_ns,
+    bootstrap_ci,
+    build_pool,
+    calibration,
+    check_gates,
+    gap_closed_table,
+)
+
+# One task, four candidates, in pool order. Worked by hand in the tests below.
+#   cand reward chars exp.cost conf answer quality expected tokens
+#   0     0.1   10   100      0.9  a      0.0     0.20     10
+#   1     2.0   30    50      0.2  b      1.0     0.90     20
+#   2     0.5   50   300      0.5  a      0.0     0.30     40
+#   3    -1.0   60   200      0.6  b      1.0     0.95     30
+HAND = dict(
+    reward=[0.1, 2.0, 0.5, -1.0],
+    plan_chars=[10, 30, 50, 60],
+    expected_cost=[100.0, 50.0, 300.0, 200.0],
+    confidence=[0.9, 0.2, 0.5, 0.6],
+    answer_key=["a", "b", "a", "b"],
+    quality=[0.0, 1.0, 0.0, 1.0],
+    expected_quality=[0.2, 0.9, 0.3, 0.95],
+    tokens=[10, 20, 40, 30],
+)
+
+
+def pool_frame(columns: dict, *, task_id: str = "t1", domain: str = "math", pool_seed: int = 0) -> pd.DataFrame:
+    n = len(columns["reward"])
+    base = {
+        "pool_seed": pool_seed, "task_id": task_id, "domain": domain, "question": f"question {task_id}",
+        "candidate": list(range(n)), "plan_id": [f"{task_id}-p{i}" for i in range(n)],
+        "plan_text": [f"plan {i}" for i in range(n)], "answer": columns["answer_key"], "cost": columns["expected_cost"],
+        "score_tokens": 5, "score_prompt_tokens": 7,
+    }
+    return pd.DataFrame(base | columns)
+
+
+def picks_at(n: int) -> pd.DataFrame:
+    return best_of_n_picks(pool_frame(HAND), n).set_index("selector")
+
+
+def test_every_selector_picks_as_worked_by_hand_at_n_4():
+    p = picks_at(4)
+    assert set(p.index) == set(SELECTORS)
+    expect = {  # selector: (realised quality, expected quality, execution tokens)
+        "reward_model": (1.0, 0.9, 20),  # highest reward: candidate 1
+        "random": (0.5, 0.5875, 25),  # mean over the four
+        "majority_vote": (0.0, 0.25, 100),  # a and b have 2 votes each: the answer seen first (a)
+        "weighted_vote": (1.0, 0.925, 100),  # softmax weights: b = e^2 + e^-1 > a = e^0.1 + e^0.5
+        "trajectory": (0.0, 0.2, 100),  # most confident: candidate 0
+        "length_only": (1.0, 0.95, 30),  # longest text: candidate 3
+        "cost_only": (0.0, 0.3, 40),  # highest expected cost: candidate 2
+        "oracle": (1.0, 0.9, 100),  # best realised: candidate 1 (first of the tie), all four executed
+        "expected_oracle": (1.0, 0.95, 30),  # best expected: candidate 3
+    }
+    for name, (quality, expected, tokens) in expect.items():
+        row = p.loc[name]
+        assert (row.quality, row.tokens_execution) == (quality, tokens), name
+        assert row.expected == pytest.approx(expected), name
+        assert row.tokens_judging == 0
+
+
+def test_reward_model_and_weighted_vote_pay_scoring_tokens_once_per_question_prompt():
+    p = picks_at(4)
+    # four candidates x 5 action tokens + one shared prompt of 7 tokens
+    assert p.loc["reward_model", "tokens_scoring"] == p.loc["weighted_vote", "tokens_scoring"] == 4 * 5 + 7
+    assert (p.drop(["reward_model", "weighted_vote"])["tokens_scoring"] == 0).all()
+
+
+def test_selectors_at_n_2_see_only_the_first_two_candidates():
+    p = picks_at(2)
+    assert p.loc["reward_model", "quality"] == 1.0
+    assert p.loc["random", "quality"] == 0.5
+    assert p.loc["majority_vote", "quality"] == 0.0  # one vote each: the earliest candidate's answer
+    assert p.loc["weighted_vote", "quality"] == 1.0
+    assert p.loc["length_only", "quality"] == 1.0  # 30 chars beat 10
+    assert p.loc["cost_only", "quality"] == 0.0  # expected cost 100 beats 50
+    assert p.loc["expected_oracle", "expected"] == 0.9
+    assert p.loc["oracle", "tokens_execution"] == 30
+
+
+def test_at_n_1_every_plan_picking_selector_takes_the_first_candidate():
+    p = picks_at(1)
+    assert (p["quality"] == 0.0).all()
+    assert p["expected"].tolist() == pytest.approx([0.2] * len(SELECTORS))
+
+
+def test_an_answer_beats_no_answer_in_a_vote():
+    cols = dict(HAND, answer_key=[None, None, None, "b"])
+    p = best_of_n_picks(pool_frame(cols), 4).set_index("selector")
+    assert p.loc["majority_vote", "quality"] == 1.0  # b's single vote beats three plans with no answer
+
+
+def random_pool(tasks: int = 6, candidates: int = 8, seeds: int = 2, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    parts = []
+    for s in range(seeds):
+        for t in range(tasks):
+            q = rng.integers(0, 2, candidates).astype(float)
+            parts.append(pool_frame(dict(
+                reward=rng.normal(size=candidates), plan_chars=rng.integers(10, 90, candidates),
+                expected_cost=rng.uniform(10, 500, candidates), confidence=rng.uniform(size=candidates),
+                answer_key=[str(k) for k in rng.integers(0, 3, candidates)], quality=q,
+                expected_quality=rng.uniform(size=candidates), tokens=rng.integers(10, 200, candidates)),
+                task_id=f"t{t}", domain="math" if t % 2 else "webqa", pool_seed=s))
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_best_of_n_reads_only_the_first_n_candidates_nested_prefixes():
+    frame = random_pool()
+    for n in (1, 2, 4, 8):
+        full = best_of_n_picks(frame, n).sort_values(["pool_seed", "task_id", "selector"]).reset_index(drop=True)
+        prefix = best_of_n_picks(frame[frame["candidate"] < n], n).sort_values(["pool_seed", "task_id", "selector"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(full, prefix)
+
+
+def test_the_oracles_never_get_worse_as_n_grows():
+    frame = random_pool()
+    picks = {n: best_of_n_picks(frame, n).set_index(["pool_seed", "task_id", "selector"]) for n in (1, 2, 4, 8)}
+    for small, big in ((1, 2), (2, 4), (4, 8)):
+        assert (picks[big].xs("oracle", level="selector")["quality"] >= picks[small].xs("oracle", level="selector")["quality"]).all()
+        eo_big = picks[big].xs("expected_oracle", level="selector")["expected"]
+        assert (eo_big >= picks[small].xs("expected_oracle", level="selector")["expected"]).all()
+
+
+def test_best_of_n_table_has_an_interval_around_every_mean_and_a_row_per_domain():
+    frame = random_pool(tasks=10)
+    picks = pd.concat([best_of_n_picks(frame, n).assign(N=n) for n in (1, 4)])
+    table = best_of_n_table(picks, bootstrap=200, seed=0)
+    assert set(table["domain"]) == {"all", "math", "webqa"}
+    assert len(table) == 3 * 2 * len(SELECTORS)
+    assert (table["ci_low"] <= table["quality"] + 1e-12).all() and (table["quality"] <= table["ci_high"] + 1e-12).all()
+    assert (table["seed_std"] >= 0).all()
+    assert table.loc[table["domain"] == "all", "tasks"].eq(10).all()
+
+
+def test_gap_closed_is_the_share_of_the_random_to_expected_oracle_gap():
+    picks = best_of_n_picks(pool_frame(HAND), 4).assign(N=4)
+    gap = gap_closed_table(picks, bootstrap=0).set_index("domain").loc["all"]
+    # random 0.5875, reward model 0.9, expected oracle 0.95
+    assert gap.gap_closed == pytest.approx((0.9 - 0.5875) / (0.95 - 0.5875))
+
+
+def test_bootstrap_interval_contains_the_mean_and_resamples_whole_tasks():
+    values = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    lo, hi = bootstrap_ci(values, np.array(["a", "a", "b", "b", "c", "c"]), n=500, seed=1)
+    assert lo <= values.mean() <= hi
+    # every task has mean 1/2: any resample of whole tasks gives 1/2 exactly
+    assert bootstrap_ci(np.array([1.0, 0.0, 1.0, 0.0]), np.array(["a", "a", "b", "b"]), n=100) == (0.5, 0.5)
+    assert all(math.isnan(x) for x in bootstrap_ci(values, n=0))
+
+
+def test_ece_of_a_model_that_says_80_percent_and_is_always_right_is_0_2():
+    logit = math.log(0.8 / 0.2)
+    ece, table = calibration(np.full(10, logit), np.zeros(10), bins=10)
+    assert ece == pytest.approx(0.2)
+    filled = table[table["count"] > 0]
+    assert filled["mean_predicted"].round(6).tolist() == [0.2, 0.8]
+    assert filled["observed"].tolist() == [0.0, 1.0]
+
+
+def test_accuracy_table_pools_granularities_and_domains_into_all_rows():
+    pairs = pd.DataFrame({"task_id": ["t1", "t1", "t2", "t3"], "granularity": ["plan", "node", "plan", "plan"],
+                          "domain": ["math", "math", "code", "code"]})
+    table = accuracy_table(pairs, np.array([1.0, 0.0, 1.0, 0.5]), bootstrap=50)
+    rows = table.set_index(["granularity", "domain"])
+    assert rows.loc[("all", "all"), "accuracy"] == pytest.approx(2.5 / 4)
+    assert rows.loc[("plan", "all"), "pairs"] == 3
+    assert rows.loc[("all", "code"), "tasks"] == 2
+    assert rows.loc[("node", "math"), "accuracy"] == 0.0
+
+
+GOOD = {
+    "pairwise_accuracy": 0.712,
+    "expected.best_of_8.reward_model": 0.70,
+    "expected.best_of_8.random": 0.60,
+    "expected.best_of_8.cost_only": 0.65,
+    "best_of_8.reward_model": 0.68,
+    "scoring_latency_ms_p50": 12.0,
+}
+
+
+def test_a_useful_model_passes_every_gate_with_figures_and_thresholds_in_the_detail():
+    verdict = check_gates(GOOD, GatesConfig())
+    assert verdict.passed and verdict.label == "promoted"
+    details = {g.name: g.detail for g in verdict.gates}
+    assert set(details) == {"pairwise_accuracy", "best_of_n_gain", "beats_cost_only", "scoring_latency", "beats_champion"}
+    assert details["pairwise_accuracy"] == "held-out pairwise accuracy 0.712 >= 0.600"
+    assert details["best_of_n_gain"] == "expected.best_of_8.reward_model 0.700 - random 0.600 = +0.100 >= +0.020"
+    assert "0.700 > cost-only 0.650" in details["beats_cost_only"]
+    assert details["scoring_latency"] == "p50 12.0 ms to score 8 candidates <= 250.0 ms"
+    assert details["beats_champion"] == "no champion yet"
+
+
+@pytest.mark.parametrize(
+    ("change", "gate", "detail"),
+    [
+        ({"pairwise_accuracy": 0.55}, "pairwise_accuracy", "0.550 < 0.600"),
+        ({"expected.best_of_8.reward_model": 0.61, "expected.best_of_8.cost_only": 0.55}, "best_of_n_gain", r"= \+0.010 < \+0.020"),
+        ({"expected.best_of_8.cost_only": 0.72}, "beats_cost_only", "0.700 <= cost-only 0.720"),
+        ({"scoring_latency_ms_p50": 400.0}, "scoring_latency", "400.0 ms .* > 250.0 ms"),
+    ],
+)
+def test_each_gate_fails_alone_and_says_why(change, gate, detail):
+    verdict = check_gates(GOOD | change, GatesConfig())
+    assert not verdict.passed and verdict.label == "rejected"
+    assert [g.name for g in verdict.failed()] == [gate]
+    assert re.search(detail, verdict.failed()[0].detail), verdict.failed()[0].detail
+
+
+def test_a_challenger_must_beat_the_champion_by_the_margin_a_tie_keeps_the_champion():
+    champion = {"expected.best_of_8.reward_model": 0.70}
+    tie = check_gates(GOOD, GatesConfig(), champion=champion)
+    assert [g.name for g in tie.failed()] == ["beats_champion"]
+    assert tie.failed()[0].detail == "expected.best_of_8.reward_model 0.700 <= champion 0.700 (same pool)"
+    assert check_gates(GOOD, GatesConfig(), champion={"expected.best_of_8.reward_model": 0.65}).passed
+    margin = check_gates(GOOD, GatesConfig(champion_margin=0.1), champion={"expected.best_of_8.reward_model": 0.65})
+    assert "+ margin 0.100" in margin.failed()[0].detail
+
+
+def test_gates_fall_back_to_realised_quality_and_fail_on_a_missing_metric():
+    realised = {"pairwise_accuracy": 0.7, "best_of_8.reward_model": 0.7, "best_of_8.random": 0.5,
+                "best_of_8.cost_only": 0.6, "scoring_latency_ms_p50": 1.0}
+    assert check_gates(realised, GatesConfig()).passed
+    missing = check_gates({k: v for k, v in realised.items() if k != "scoring_latency_ms_p50"}, GatesConfig())
+    assert [g.name for g in missing.failed()] == ["scoring_latency"]
+    assert "scoring_latency_ms_p50 missing from the metrics" in missing.failed()[0].detail
+
+
+def test_disabled_gates_are_left_out_of_the_verdict():
+    verdict = check_gates(GOOD, GatesConfig(beat_cost_only=False, beat_champion=False))
+    assert {g.name for g in verdict.gates} == {"pairwise_accuracy", "best_of_n_gain", "scoring_latency"}
+
+
+def test_a_stored_run_is_regated_from_its_metrics_json(tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"metrics": GOOD, "champion_metrics": None}))
+    stored = json.loads(path.read_text())
+    verdict = check_gates(stored["metrics"], GatesConfig(min_pairwise_accuracy=0.75), champion=stored["champion_metrics"])
+    assert [g.name for g in verdict.failed()] == ["pairwise_accuracy"]
+    again = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
+    assert again == verdict and again.tags()["verdict"] == "rejected"
+
+
+def test_best_of_n_larger_than_the_pool_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="needs that many candidates, but the pool has 4 per task"):
+        best_of_ns(EvaluateConfig(candidates=16), candidates=4)
+    with pytest.raises(ConfigError, match=r"best-of-N needs 1 <= N <= candidates \(4\)"):
+        config_from_dict({"evaluate": {"candidates": 4}})
+
+
+@pytest.fixture(scope="module")
+def small_pool_config():
+    return config_from_dict({
+        "collect": {"domains": ["math"], "tasks_per_domain": 3, "workers": 1},
+        "evaluate": {"tasks_per_domain": 2, "candidates": 4, "best_of": [1, 2, 4], "pool_seeds": [0, 1], "repeats": 2,
+                     "gates": {"best_of": 4}},
+    })
+
+
+def test_build_pool_is_deterministic_and_each_pool_seed_orders_the_same_candidates(small_pool_config, tmp_path):
+    pool = build_pool(small_pool_config, progress=False, workers=1)
+    again = build_pool(small_pool_config, progress=False, workers=1)
+    pd.testing.assert_frame_equal(pool.frame, again.frame)
+    f = pool.frame
+    assert list(f.columns) == list(POOL_COLUMNS)
+    assert len(f) == 2 * 2 * 4 and pool.candidates == 4 and pool.tasks == 2
+    for _task, g in f.groupby("task_id"):
+        plans = [set(s["plan_id"]) for _, s in g.groupby("pool_seed")]
+        assert plans[0] == plans[1]  # the same candidates, in each pool seed's own order
+        assert sorted(g[g.pool_seed == 0]["candidate"]) == [0, 1, 2, 3]
+        # expected quality belongs to the plan, not to the pool seed
+        assert g.groupby("plan_id")["expected_quality"].nunique().eq(1).all()
+    held_out = set(f["task_id"])
+    from orchrm.tasks.base import load_tasks
+
+    assert not held_out & {t.task_id for t in load_tasks("math", 3, seed=0)}
+    pool.save(tmp_path / "pool.parquet")
+    loaded = CandidatePool.load(tmp_path / "pool.parquet")
+    pd.testing.assert_frame_equal(loaded.frame, pool.frame)
+    assert loaded.meta == pool.meta and loaded.meta["repeats"] == 2
