@@ -5,18 +5,14 @@ PY := $(VENV)/bin/python
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 TORCH_VERSION ?= 2.13.0
 EXTRAS ?= dev
-export PREFECT_SERVER_ANALYTICS_ENABLED=false
-export MLFLOW_DISABLE_TELEMETRY=true
-export DO_NOT_TRACK=1
-export GX_ANALYTICS_ENABLED=false
-export HF_HUB_OFFLINE=1
-export TRANSFORMERS_OFFLINE=1
-export TOKENIZERS_PARALLELISM=false
+# telemetry off, no downloads: the one list the CLI, the tests and the benchmarks also apply
+include orchrm/offline.env
+export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' orchrm/offline.env)
 
 .PHONY: install demo test test-fast bench lint clean help
 
 help:  ## list the verbs
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 install: $(VENV)/.installed  ## create .venv and install orchrm (CPU PyTorch unless a GPU is present)
 

@@ -20,14 +20,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from orchrm.offline import apply_offline_env  # noqa: E402
+
+apply_offline_env()  # telemetry off, no downloads (orchrm/offline.env), before the libraries read them
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

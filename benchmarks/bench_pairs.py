@@ -24,7 +24,6 @@ Run it niced on a shared machine::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -338,7 +337,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-collect", action="store_true", help="skip the collection-token benchmark")
     ap.add_argument("--out", default=str(RESULTS / "pairs.json"))
     args = ap.parse_args(argv)
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
     report: dict = {
         "machine": machine(pandas=pd.__version__, numpy=np.__version__),

@@ -30,8 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from orchrm.offline import apply_offline_env  # noqa: E402
+
+apply_offline_env()  # telemetry off, no downloads (orchrm/offline.env), before the libraries read them
 os.environ.setdefault("WANDB_DISABLED", "true")
 
 import numpy as np  # noqa: E402

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from orchrm.offline import apply_offline_env  # noqa: E402
+
+apply_offline_env()  # telemetry off, no downloads (orchrm/offline.env), before the libraries read them
 
 import torch  # noqa: E402
 

@@ -9,7 +9,12 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from orchrm.offline import apply_offline_env
 from orchrm.traces import atomic_write_bytes
+
+# telemetry off, no downloads (orchrm/offline.env) in every benchmark that imports this module; the
+# scripts that import a library reading these settings before this module call it first themselves
+apply_offline_env()
 
 
 def cpu_model() -> str:

@@ -6,21 +6,12 @@ Run ``orchrm <command> --help`` for the arguments of each command.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from orchrm.errors import OrchRMError
-
-_TELEMETRY_OFF = {
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "DO_NOT_TRACK": "1",
-    "GX_ANALYTICS_ENABLED": "false",
-    "HF_HUB_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+from orchrm.offline import apply_offline_env
 
 DOMAIN_CHOICES = ("math", "code", "multihop", "webqa", "all")
 
@@ -179,8 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
         _cmd_ingest,
         "validate and normalise your own system's traces into an artifact table",
         "Read traces (JSONL or Parquet) in the artifact schema; required: task_id, question, plan_text or "
-        "node_id+agent, content, and quality or answer+reference. Any bad row stops the ingest with an error "
-        "naming rows and columns; nothing partial is written.",
+        "node_id+agent, content, and quality or answer+reference. A row of an <agent .../> plan names one of its "
+        "agents, except a row with is_final=true: a final reply written by a step outside the plan (e.g. "
+        "node_id final, agent Resolver) is taken as the plan's final output. Any bad row stops the ingest with "
+        "an error naming rows and columns; nothing partial is written.",
     )
     p.add_argument("--traces", required=True, help="input traces, .jsonl or .parquet")
     p.add_argument("--out", required=True, help="output artifact table, .parquet or .jsonl")
@@ -263,8 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    for key, value in _TELEMETRY_OFF.items():
-        os.environ.setdefault(key, value)
+    apply_offline_env()  # before any command imports MLflow, GX, Prefect or transformers
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

@@ -65,7 +65,8 @@ def plans_for_task(task: Task, n: int, seed: int, shares: Mapping[str, float]) -
 _WORKER: dict[str, MultiAgentExecutor] = {}
 
 
-def _executor(noise: NoiseConfig | None) -> MultiAgentExecutor:
+def worker_executor(noise: NoiseConfig | None) -> MultiAgentExecutor:
+    """This process's executor for ``noise`` (made once, then reused by every task it runs)."""
     key = "default" if noise is None else noise.model_dump_json()
     ex = _WORKER.get(key)
     if ex is None:
@@ -85,7 +86,7 @@ def run_tasks(
     stop_after_depth: int | None = None,
 ) -> list[dict]:
     """Artifact rows of all candidate plans of ``tasks`` (runs in a worker process)."""
-    ex = _executor(noise)
+    ex = worker_executor(noise)
     rows: list[dict] = []
     for task in tasks:
         for name, plan in plans_for_task(task, plans_per_task, seed, shares):

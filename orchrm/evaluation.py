@@ -302,9 +302,9 @@ def candidate_order(seed: int, pool_seed: int, task_id: str, n: int) -> list[int
 
 def _pool_rows(tasks: Sequence[Any], *, candidates: int, seed: int, pool_seeds: Sequence[int], repeats: int, noise: Any) -> list[dict]:
     """Pool rows of ``tasks`` (runs in a worker process; deterministic for its arguments)."""
-    from orchrm.collect import _executor, plans_for_task
+    from orchrm.collect import plans_for_task, worker_executor
 
-    ex = _executor(noise)
+    ex = worker_executor(noise)
     rows: list[dict] = []
     for task in tasks:
         plans = [plan for _, plan in plans_for_task(task, candidates, seed, {"base": 1.0})]

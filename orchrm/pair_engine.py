@@ -229,7 +229,10 @@ class ArtifactCodes:
         info = pd.Index(info_plan_arr * width + info_node).get_indexer(plan * width + node_code).astype(np.int64)
         parsed = np.zeros(len(plans), dtype=bool)
         parsed[np.unique(info_plan_arr)] = True
-        orphan = (info < 0) & parsed[plan]
+        # a final reply written by a step after the plan (kept by orchrm.traces.ingest_traces under
+        # its own node id) counts in plan-level pairs and in no node-level one
+        final = df["is_final"].fillna(False).to_numpy(dtype=bool)
+        orphan = (info < 0) & parsed[plan] & ~final
         if orphan.any():
             rows = np.flatnonzero(orphan)[:5]
             shown = ", ".join(f"{df['artifact_id'].iat[i]} (node {df['node_id'].iat[i]!r})" for i in rows)

@@ -238,6 +238,13 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     ``node_id`` is its plan's last agent, tokens by counting the text, ``cost`` = tokens,
     ``is_final`` = the last node of each execution (task, run, plan),
     ``quality`` from ``answer`` vs ``reference`` (numeric match for math, token F1 otherwise).
+
+    A row of an ``<agent>`` plan names one of its agents, with one exception: a row marked
+    ``is_final`` whose ``node_id`` is not in the plan is the plan's final output written by a
+    step after it (real systems often end with such a step: ``node_id="final"``,
+    ``agent="Resolver"``). It is kept as the execution's final artifact, under its own
+    ``node_id`` and ``agent``, as a child of the plan's sink one level deeper (unless the trace
+    gives ``depth`` / ``parent_ids``); it enters plan-level pairs, never node-level ones.
     Every problem found is reported at once, naming columns and (0-based) rows, as a
     :class:`TraceSchemaError`; nothing is returned half-normalised.
     """
@@ -316,9 +323,11 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         if len(bad):
             problems.append(f"column 'is_final': not a boolean in rows {_rows_text(bad)}")
     plans: dict[str, Plan] = {}  # each distinct <agent> plan text, parsed once
+    after_plan: set = set()  # rows of a final output written by a step outside their plan
     if "plan_text" in df.columns:
         bad_plans, off_plan = [], []
         node_ids = df["node_id"] if "node_id" in df.columns else pd.Series(None, index=df.index, dtype=object)
+        flagged_final = df["is_final"].isin([True]) if "is_final" in df.columns else pd.Series(False, index=df.index)
         for i, text in df["plan_text"].items():
             if not isinstance(text, str) or not text.strip():
                 bad_plans.append(i)
@@ -332,7 +341,10 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
                     continue
                 node = node_ids.at[i]  # without the column: the plan's last agent (its sink)
                 if "node_id" in df.columns and (not isinstance(node, str) or node not in {n.id for n in parsed.nodes}):
-                    off_plan.append(i)
+                    if isinstance(node, str) and node.strip() and flagged_final.at[i]:
+                        after_plan.add(i)  # the final reply, written by a step after the plan
+                    else:
+                        off_plan.append(i)
         if bad_plans:
             problems.append(
                 f"column 'plan_text': empty or an invalid <agent .../> plan in rows {_rows_text(pd.Index(bad_plans))} "
@@ -341,7 +353,8 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         if off_plan:
             problems.append(
                 f"column 'node_id': rows {_rows_text(pd.Index(off_plan))} have an <agent .../> plan_text but no "
-                "node_id of one of its agents (each row is the output of one agent of its plan)"
+                "node_id of one of its agents (each row is the output of one agent of its plan; a final reply "
+                "written by a step outside the plan is accepted when the row has is_final=true)"
             )
     if problems:
         raise TraceSchemaError("traces rejected, nothing was written:\n  " + "\n  ".join(problems))
@@ -384,6 +397,12 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         if text not in plans:
             continue
         plan, node = plans[text], out.at[i, "node_id"]
+        if i in after_plan:  # a step after the plan: it reads the sink's output
+            if "depth" not in df.columns:
+                out.at[i, "depth"] = depths[text][plan.sink] + 1
+            if "parent_ids" not in df.columns:
+                out.at[i, "parent_ids"] = [plan.sink]
+            continue
         if "agent" not in df.columns or pd.isna(df.at[i, "agent"]):
             out.at[i, "agent"] = plan.node(node).agent
         if "depth" not in df.columns:

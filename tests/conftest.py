@@ -7,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
-for _key, _value in {
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "DO_NOT_TRACK": "1",
-    "GX_ANALYTICS_ENABLED": "false",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}.items():
-    os.environ.setdefault(_key, _value)
+from orchrm.offline import apply_offline_env
+
+apply_offline_env()  # orchrm/offline.env, before any test imports MLflow, GX, Prefect or transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 # the public data sets (GSM8K, SQuAD, StrategyQA) live beside the project when available

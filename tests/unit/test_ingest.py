@@ -74,6 +74,54 @@ def test_rows_of_an_agent_plan_take_their_nodes_type_depth_and_parents_from_it()
     assert given["agent"].tolist() == ["searcher", "CoT"] and given["depth"].tolist() == [0, 5]
 
 
+DESK_PLAN = (
+    '<agent id="a1" type="WebSearch" queries="2" top_k="5" role="kb_search"/>\n'
+    '<agent id="a2" type="CoT" model="small" role="kb_reply"/>\n<edge from="a1" to="a2"/>'
+)
+
+
+def _desk_traces() -> pd.DataFrame:
+    """A support desk's traces: the plan's two agents, then a reply written by a step outside the
+    plan (node_id "final", agent "Resolver") that is the execution's final output."""
+    rows = []
+    for ticket, (plan, resolved) in enumerate([(DESK_PLAN, 1.0), ('<agent id="a1" type="CoT" model="large" role="refund_desk"/>', 0.0)] * 2):
+        task = f"ticket-{ticket // 2}"
+        question = f"Ticket {ticket // 2}: I was charged twice for my subscription this month."
+        for node in ("a1", "a2") if plan == DESK_PLAN else ("a1",):
+            rows.append({"task_id": task, "question": question, "plan_text": plan, "node_id": node,
+                         "content": f"{node} notes", "quality": 0.5, "is_final": False})
+        rows.append({"task_id": task, "question": question, "plan_text": plan, "node_id": "final", "agent": "Resolver",
+                     "content": "Refunded, sorry for the trouble." if resolved else "Please wait.", "quality": resolved,
+                     "is_final": True})
+    return pd.DataFrame(rows)
+
+
+def test_a_final_reply_written_outside_the_plan_is_the_plans_final_output():
+    out = ingest_traces(_desk_traces())
+    final = out[out.is_final]
+    assert len(final) == 4 and set(final.node_id) == {"final"} and set(final.agent) == {"Resolver"}
+    assert final.groupby(["task_id", "plan_id"]).size().eq(1).all()  # one final output per execution
+    two_agents = final[final.plan_text.str.contains("a2")]
+    assert two_agents.depth.tolist() == [2, 2] and [list(p) for p in two_agents.parent_ids] == [["a2"], ["a2"]]
+    assert set(out[~out.is_final].agent) == {"WebSearch", "CoT"}  # the plan's own rows keep its types
+
+
+def test_a_final_reply_outside_the_plan_counts_in_plan_pairs_only():
+    from orchrm.pairs import build_pairs
+
+    pairs = build_pairs(ingest_traces(_desk_traces()))
+    assert len(pairs) == 2 and set(pairs.granularity) == {"plan"}
+    assert all("kb_search" in chosen for chosen in pairs.chosen)  # the plan whose final reply resolved the ticket
+    assert (pairs.margin == 1.0).all()
+
+
+def test_a_row_outside_its_plan_that_is_not_final_is_refused_saying_what_to_mark():
+    traces = _desk_traces()
+    traces.loc[traces.node_id == "final", "is_final"] = False
+    with pytest.raises(TraceSchemaError, match=r"column 'node_id': rows 2, 4, 7, 9 have an <agent .*accepted when the row has is_final=true"):
+        ingest_traces(traces)
+
+
 def test_a_plan_id_reused_across_tasks_and_runs_keeps_each_executions_steps():
     two_tasks = _traces().assign(plan_id=["p1", "p1", "p2", "p1"], node_id=["parse", "solve", "solve", "solve"])
     out = ingest_traces(two_tasks)

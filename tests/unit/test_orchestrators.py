@@ -85,3 +85,35 @@ def test_unparseable_free_text_becomes_a_generic_task():
     task = task_from_text("Answer: what is the capital of France?")
     assert task.metadata["generic"] is True and task.reference is None
     assert task.task_id == task_from_text("Answer: what is the capital of France?").task_id
+
+
+def test_each_builtin_domain_declares_the_heuristic_the_specialized_sampler_reads():
+    from orchrm.tasks import BUILTIN_DOMAINS, plan_heuristic
+    from orchrm.tasks.math import heuristic_plan_score, question_features
+
+    assert all(plan_heuristic(domain) is not None for domain in BUILTIN_DOMAINS)
+    math = plan_heuristic("math")
+    assert math.features is question_features and math.score is heuristic_plan_score
+    assert plan_heuristic("no-such-domain") is None
+
+
+def test_a_users_domain_declares_its_heuristic_and_the_specialized_sampler_follows_it():
+    from orchrm.tasks import DomainHeuristic, register_heuristic
+
+    desk = Task("desk-1", "support-desk", "My invoice shows a charge I did not make.")
+    before = SpecializedSampler(temperature=0.0).sample(desk, 4, random.Random(0))
+    assert before == BaseSampler().sample(desk, 48, random.Random(0))[:4]  # no heuristic: the prior's first draws
+    register_heuristic(
+        "support-desk",
+        DomainHeuristic(features=lambda q: {"billing": float("invoice" in q)},
+                        score=lambda f, plan: f["billing"] * ("WebSearch" in plan.render())),
+    )
+    after = SpecializedSampler(temperature=0.0).sample(desk, 4, random.Random(0))
+    assert all("WebSearch" in p.render() for p in after)
+
+
+def test_a_heuristic_without_features_and_score_is_refused():
+    from orchrm.tasks import register_heuristic
+
+    with pytest.raises(TypeError, match=r"heuristic for domain 'x' needs callable features\(question\) and score\(features, plan\)"):
+        register_heuristic("x", object())

@@ -1,8 +1,6 @@
-"""BM25 retrieval shared by the sandbox domains: ranking, determinism, caching, speed."""
+"""BM25 retrieval shared by the sandbox domains: ranking, determinism, caching."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -91,16 +89,14 @@ def test_cached_index_builds_once_per_key():
     assert a is b and len(calls) == 1 and len(a) == len(DOCS)
 
 
-def test_queries_on_a_few_thousand_documents_are_sub_millisecond():
+def test_on_a_few_thousand_documents_the_one_holding_every_query_word_ranks_first():
+    """3,000 documents, each a window of 60 words starting at its own offset of a 3,000-word
+    cycle (every offset once): a query of six words spread over one window is held whole by that
+    document alone, and in part by its neighbours (query speed is measured in benchmarks/)."""
     words = [f"w{i}" for i in range(3000)]
-    docs = [
-        Doc(f"d{i}", f"title {i}", " ".join(words[(i * 7 + j) % 3000] for j in range(60)))
-        for i in range(3000)
-    ]
+    docs = [Doc(f"d{i}", f"title {i}", " ".join(words[(i * 7 + j) % 3000] for j in range(60))) for i in range(3000)]
     index = BM25Index(docs)
-    queries = [" ".join(words[(q * 13 + j) % 3000] for j in range(6)) for q in range(200)]
-    start = time.perf_counter()
-    for q in queries:
-        index.search(q, 5)
-    per_query = (time.perf_counter() - start) / len(queries)
-    assert per_query < 2e-3  # ~0.2 ms measured; generous bound for a loaded machine
+    for q in range(0, 3000, 15):
+        hits = index.search_scored(" ".join(words[(q * 7 + j) % 3000] for j in (0, 11, 23, 35, 47, 59)), 5)
+        assert hits[0][0].doc_id == f"d{q}"
+        assert len(hits) == 5 and hits[0][1] > hits[1][1] >= hits[-1][1] > 0
