@@ -1,4 +1,4 @@
-"""Pairs for training: read and check a pair table, split it, and batch it by task.
+"""Pairs for training: check a pair table, split it, and batch it by task.
 
 Pairs of one task share their texts: 8 plans give up to 28 pairs but only 8 distinct
 ``(prompt, action)`` *candidates* (DESIGN §6). :class:`PairIndex` stores pairs as indices into the
@@ -11,90 +11,52 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from orchrm.errors import TraceSchemaError
+from orchrm.pair_reader import PairSource, read_pairs
 
-#: columns a pair table must have (``task_id`` may be missing: it is then derived from the prompt)
-REQUIRED_COLUMNS: tuple[str, ...] = ("prompt", "chosen", "rejected")
 #: the values of a pair table's ``split`` column (DESIGN §3)
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 
-def pair_frame(pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike) -> pd.DataFrame:
-    """A checked copy of a pair table: a DataFrame, a list of row dicts, or a Parquet/JSONL path.
-
-    The OrchRM data set's own format (``input``, ``chosen``, ``rejected``, ``source``) is accepted.
-    Missing ``task_id`` is derived from the prompt, missing ``margin`` is 0, missing ``split`` is
-    ``train``, missing ``domain``/``granularity`` are ``unknown``/``plan``. Raises
-    :class:`TraceSchemaError` naming the problem (also for zero pairs).
+def training_pairs(pairs: PairSource) -> pd.DataFrame:
+    """The pairs training reads: :func:`orchrm.pair_reader.read_pairs` (the reader every command
+    uses, so tasks, splits and margins are the ones ``orchrm validate`` checked), then refused
+    with a :class:`TraceSchemaError` naming the rows where training could not use them: zero
+    pairs, blank action texts, a margin that is not a finite number >= 0 (within float32), a
+    split that is not one of :data:`SPLITS`, ``chosen == rejected``.
     """
-    if isinstance(pairs, str | os.PathLike):
-        from orchrm.traces import read_table
-
-        df = read_table(Path(pairs))
-    elif isinstance(pairs, pd.DataFrame):
-        df = pairs.copy()
-    elif isinstance(pairs, Iterable) and not isinstance(pairs, bytes | Mapping):
-        df = pd.DataFrame(list(pairs))
-    else:
-        raise TraceSchemaError(
-            f"pairs must be a pair table (a DataFrame, a list of row dicts, or a .parquet/.jsonl path), "
-            f"not {type(pairs).__name__}"
-        )
-    if "prompt" not in df.columns and "input" in df.columns:
-        df = df.rename(columns={"input": "prompt"})
+    df = read_pairs(pairs)
     if len(df) == 0:
         raise TraceSchemaError(
             "no pairs to train on: the pair table is empty (collect more plans per task, or lower "
             "min_margin so fewer ties are dropped)"
         )
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if missing:
-        raise TraceSchemaError(
-            f"pair table lacks column(s) {missing}; it needs prompt, chosen, rejected (make one with `orchrm pairs`, "
-            "or bring TRL-style preference rows)"
-        )
     for col in ("chosen", "rejected"):
-        bad = df.index[~df[col].map(lambda v: isinstance(v, str) and bool(v.strip()))]
+        bad = df.index[~df[col].map(lambda v: bool(v.strip()))]
         if len(bad):
             raise TraceSchemaError(f"column {col!r} must hold non-empty text; rows {list(bad[:5])} do not")
-    bad = df.index[~df["prompt"].map(lambda v: isinstance(v, str))]
-    if len(bad):
-        raise TraceSchemaError(f"column 'prompt' must hold text; rows {list(bad[:5])} do not")
-    # a pair without a task id belongs to its prompt's task (pandas keeps missing values through astype(str))
-    derived = df["prompt"].map(lambda p: hashlib.sha1(p.encode()).hexdigest()[:12])
-    df["task_id"] = (df["task_id"].where(df["task_id"].notna(), derived) if "task_id" in df.columns else derived).astype(str)
-    if "margin" not in df.columns:
-        df["margin"] = 0.0
-    margin = pd.to_numeric(df["margin"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    margin = df["margin"].to_numpy(dtype=float, na_value=np.nan)
     # training computes in float32: a margin beyond its range would be infinite there
     bad = df.index[~np.isfinite(margin) | (margin < 0) | (margin > np.finfo(np.float32).max)]
     if len(bad):
         raise TraceSchemaError(f"column 'margin' must be a finite number >= 0 (and within float32); rows {list(bad[:5])} are not")
-    df["margin"] = margin
-    if "split" in df.columns:
-        bad = df.index[~df["split"].isin(SPLITS)]
-        if len(bad):
-            raise TraceSchemaError(
-                f"column 'split' must be one of {list(SPLITS)}; rows {list(bad[:5])} hold "
-                f"{sorted(map(repr, df.loc[bad[:5], 'split']))} (drop the column to train on every row)"
-            )
-        df["split"] = df["split"].astype(str)
-    else:
-        df["split"] = "train"
-    for col, default in (("domain", "unknown"), ("granularity", "plan")):
-        df[col] = df[col].fillna(default).astype(str) if col in df.columns else default
+    bad = df.index[~df["split"].isin(SPLITS)]
+    if len(bad):
+        raise TraceSchemaError(
+            f"column 'split' must be one of {list(SPLITS)}; rows {list(bad[:5])} hold "
+            f"{sorted(map(repr, df.loc[bad[:5], 'split']))} (drop the column to split by task)"
+        )
     same = df.index[df["chosen"] == df["rejected"]]
     if len(same):
         raise TraceSchemaError(f"rows {list(same[:5])} have chosen == rejected; a pair needs two different actions")
-    return df.reset_index(drop=True)
+    return df.assign(
+        split=df["split"].astype(str), domain=df["domain"].astype(str), granularity=df["granularity"].astype(str)
+    )
 
 
 def split_pairs(df: pd.DataFrame, *, val_fraction: float, seed: int, warn: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:

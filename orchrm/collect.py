@@ -21,12 +21,12 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from orchrm.errors import CollectionError, ConfigError, TaskError
 from orchrm.executor import MultiAgentExecutor
 from orchrm.orchestrators import get_sampler
 from orchrm.plans import Plan
+from orchrm.progress import progress_bar
 from orchrm.sandbox_config import NoiseConfig
 from orchrm.tasks.base import Task, load_tasks, sources, stable_id
 from orchrm.traces import artifacts_frame, check_output_table, write_table
@@ -192,7 +192,7 @@ def collect(
     chunk = max(1, min(16, len(tasks) // (workers * 4) or 1))
     chunks = [tasks[i : i + chunk] for i in range(0, len(tasks), chunk)]
     results: dict[int, list[dict]] = {}
-    bar = tqdm(total=len(tasks), desc="collect", unit="task", disable=not progress, leave=False)
+    bar = progress_bar(total=len(tasks), desc="collect", unit="task", enabled=progress)
     try:
         if workers == 1 or len(chunks) == 1:
             for i, c in enumerate(chunks):

@@ -60,13 +60,13 @@ def task_id_of(prompt: str) -> str:
 
 
 def _table(pairs: Any) -> tuple[pd.DataFrame, str]:
-    """The raw table of ``pairs`` and how to name it in messages."""
+    """The raw table of ``pairs`` and the prefix of its messages (the file, when it is one)."""
     if isinstance(pairs, str | os.PathLike):
-        return read_table(Path(pairs)), str(pairs)
+        return read_table(Path(pairs)), f"{pairs}: "
     if isinstance(pairs, pd.DataFrame):
-        return pairs.copy(), "pair table"
+        return pairs.copy(), ""
     if isinstance(pairs, Iterable) and not isinstance(pairs, bytes | Mapping):
-        return pd.DataFrame(list(pairs)), "pair table"
+        return pd.DataFrame(list(pairs)), ""
     raise TraceSchemaError(
         f"pairs must be a pair table (a DataFrame, a list of row dicts, or a .parquet/.jsonl path), "
         f"not {type(pairs).__name__}"
@@ -107,14 +107,14 @@ def read_pairs(pairs: PairSource, *, config: PairsConfig | None = None) -> pd.Da
     missing = [c for c in ("prompt", "chosen", "rejected") if c not in df.columns]
     if missing:
         raise TraceSchemaError(
-            f"{where}: not a pair table: lacks {', '.join(missing)}; expected our pair table (`orchrm pairs` "
+            f"{where}not a pair table: lacks {', '.join(missing)}; expected our pair table (`orchrm pairs` "
             "writes one), TRL's prompt/chosen/rejected[/margin] or the OrchRM data set's input/chosen/rejected/source"
         )
     for col in ("prompt", "chosen", "rejected"):
         bad = df.index[~df[col].map(lambda v: isinstance(v, str))]
         if len(bad):
             raise TraceSchemaError(
-                f"{where}: column '{col}' must hold plain text; rows {', '.join(map(str, bad[:5]))} do not "
+                f"{where}column '{col}' must hold plain text; rows {', '.join(map(str, bad[:5]))} do not "
                 "(conversational message lists must be flattened to text first)"
             )
     n = len(df)
@@ -148,7 +148,7 @@ def read_pairs(pairs: PairSource, *, config: PairsConfig | None = None) -> pd.Da
     fractional = df.index[tokens.notna() & (tokens % 1 != 0)]
     if len(fractional):
         raise TraceSchemaError(
-            f"{where}: column 'collection_tokens' must hold whole token counts; rows {', '.join(map(str, fractional[:5]))} "
+            f"{where}column 'collection_tokens' must hold whole token counts; rows {', '.join(map(str, fractional[:5]))} "
             f"hold {', '.join(map(str, tokens[fractional[:5]]))}"
         )
     # unreadable counts stay NaN (float) so that validation names the rows instead of a guess
@@ -159,5 +159,5 @@ def read_pairs(pairs: PairSource, *, config: PairsConfig | None = None) -> pd.Da
         df = df.drop_duplicates(subset=["prompt", "chosen", "rejected"]).reset_index(drop=True)
         df["pair_id"] = pair_ids(df["task_id"], df["granularity"].astype(str), df["source"], df["chosen_artifact_id"].astype(str), df["rejected_artifact_id"].astype(str))
     if len(df) < n:
-        logger.info("%s: dropped %d repeated (prompt, chosen, rejected) rows", where, n - len(df))
+        logger.info("%sdropped %d repeated (prompt, chosen, rejected) rows", where, n - len(df))
     return df[list(PAIR_COLUMNS)]

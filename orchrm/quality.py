@@ -3,7 +3,8 @@
 - rule-based scorers per domain: :func:`numeric_match` (math), :func:`pass_rate` (code: the
   fraction of hidden unit tests passed, computed by the sandbox's real execution),
   :func:`exact_match` and :func:`token_f1` with SQuAD normalisation (webqa, multihop);
-- :func:`composite`: correctness minus a cost penalty, for users who want cheap plans to win;
+- :func:`composite`: correctness minus a cost penalty, for users who want cheap plans to win
+  (``quality_fn=lambda a: composite(a["quality"], a["cost"])``);
 - :class:`LLMJudge`: a hook for an LLM (or any callable) that grades an artifact.
 
 A *quality function* is any callable ``artifact -> float`` where ``artifact`` is a row of the
@@ -22,7 +23,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 #: a number: thousands grouped by commas only in threes ("1,234,567"; "12,5" is 12 and no more, a
 #: comma list "3,4" is 3), an optional fraction and exponent ("1.5e3"). A sign counts only where no
@@ -37,10 +38,6 @@ _OUT_OF_TEN = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(?:/|out of)\s*10(?![\d.]
 _MINUS = str.maketrans({"\u2212": "-"})
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
-
-
-class QualityFn(Protocol):
-    def __call__(self, artifact: Mapping[str, Any]) -> float: ...
 
 
 def _numbers(text: str) -> list[float]:
@@ -109,16 +106,6 @@ def composite(correctness: float, cost: float, *, lam: float = 0.1, cost_scale: 
     if math.isnan(correctness) or math.isnan(cost):
         raise ValueError("composite quality of NaN is undefined")
     return min(1.0, max(0.0, correctness - lam * cost / cost_scale))
-
-
-def composite_quality(base: QualityFn | None = None, *, lam: float = 0.1, cost_scale: float = 10_000.0) -> QualityFn:
-    """A quality function: ``base`` (default: the ``quality`` column) minus a cost penalty."""
-
-    def fn(artifact: Mapping[str, Any]) -> float:
-        q = base(artifact) if base is not None else float(artifact["quality"])
-        return composite(q, float(artifact["cost"]), lam=lam, cost_scale=cost_scale)
-
-    return fn
 
 
 class LLMJudge:

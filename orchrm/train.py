@@ -12,10 +12,11 @@ loss, checkpoints, bf16 autocast on CUDA. Steps are grouped by task and encode e
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) the Trainer joins the process group (gloo on CPU, nccl on
 GPU), wraps the model in DDP and gives each rank its share of every epoch's steps; ``batch_size``
-is per rank. Only rank 0 reports to callbacks, shows progress and writes files.
+is per rank. Only rank 0 reports to callbacks, shows progress and writes files; progress written
+to a file or a pipe is a line per epoch (:mod:`orchrm.progress`).
 
-Checkpoints (with ``checkpoint_dir``): ``last.safetensors`` after every evaluation (the model file
-format plus optimizer, schedule and loop state) and ``best.safetensors`` when the validation loss
+Checkpoints (with ``checkpoint_dir``; their format and resume: :mod:`orchrm.checkpoints`):
+``last.safetensors`` after every evaluation and ``best.safetensors`` when the validation loss
 improves. A NaN or infinite loss raises :class:`TrainingError` before the bad update is applied and
 leaves both files as they were.
 """
@@ -39,38 +40,44 @@ import torch
 from pydantic import ValidationError
 from torch import Tensor, nn
 
-from orchrm.batching import PairIndex, data_hash, pair_frame, split_pairs, step_inputs, task_batches
+from orchrm.batching import (
+    PairIndex,
+    data_hash,
+    split_pairs,
+    step_inputs,
+    task_batches,
+    training_pairs,
+)
+from orchrm.checkpoints import BEST_CHECKPOINT, LAST_CHECKPOINT, Checkpoints, EpochRecord, LoopState
 from orchrm.config import ModelConfig, TrainConfig
 from orchrm.encoders import tokenizer_from_json
-from orchrm.errors import ConfigError, ModelFileError, TrainingError
-from orchrm.model import MODEL_FILE, BradleyTerryModel, ModelFile, bt_loss
-from orchrm.traces import atomic_write_bytes, check_output_dir
+from orchrm.errors import ConfigError, TrainingError
+from orchrm.fileio import atomic_write_bytes, check_output_dir
+from orchrm.model import BradleyTerryModel, bt_loss
+from orchrm.modelfile import MODEL_FILE
+from orchrm.pair_reader import PairSource
+from orchrm.progress import progress_bar
+
+__all__ = [
+    "BEST_CHECKPOINT",
+    "LAST_CHECKPOINT",
+    "EpochRecord",
+    "TrainCallback",
+    "TrainResult",
+    "Trainer",
+    "fit",
+    "train_from_file",
+]
 
 log = logging.getLogger("orchrm.train")
 
-LAST_CHECKPOINT = "last.safetensors"
-BEST_CHECKPOINT = "best.safetensors"
 #: caps the texts scored after training for the stored reward mean/std
 _STATS_SAMPLE = 4096
 
 
 # --------------------------------------------------------------------------------------------
-# results and callbacks
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    """Metrics of one epoch. Validation fields are None on epochs without evaluation; ``lr`` is the
-    learning rate of the epoch's last step."""
-
-    epoch: int
-    step: int
-    train_loss: float
-    train_accuracy: float
-    val_loss: float | None
-    val_accuracy: float | None
-    lr: float
-    seconds: float
+# results and callbacks (EpochRecord, one epoch's metrics, lives with the loop state it is part of:
+# orchrm.checkpoints)
 
 
 @dataclass
@@ -161,20 +168,6 @@ class TrainCallback:
 
     def on_train_end(self, result: TrainResult) -> None:
         """Once, with the final result."""
-
-
-class LoggingCallback(TrainCallback):
-    """Reports evaluations through the ``orchrm.train`` logger."""
-
-    def on_eval(self, record: EpochRecord, model: BradleyTerryModel) -> None:
-        log.info(
-            "epoch %d: train loss %.4f acc %.3f | val loss %s acc %s",
-            record.epoch,
-            record.train_loss,
-            record.train_accuracy,
-            "-" if record.val_loss is None else f"{record.val_loss:.4f}",
-            "-" if record.val_accuracy is None else f"{record.val_accuracy:.3f}",
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,6 +272,31 @@ def _train_config(base: TrainConfig | None, settings: Mapping[str, Any]) -> Trai
         raise ConfigError(f"invalid Trainer settings: {problems}") from None
 
 
+@dataclass
+class _Run:
+    """What one call of :meth:`Trainer.train` works with, set up by :meth:`Trainer._prepare`."""
+
+    cfg: TrainConfig
+    dist: _Dist
+    device: torch.device
+    autocast: Any
+    frame: pd.DataFrame
+    train_df: pd.DataFrame
+    val_df: pd.DataFrame
+    fingerprint: str
+    train: _Encoded
+    val: _Encoded | None
+    #: pooled features of every candidate when the encoder is frozen (else None)
+    train_features: Tensor | None
+    val_features: Tensor | None
+    net: nn.Module
+    params: list[nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+    state: LoopState
+    checkpoints: Checkpoints
+
+
 # --------------------------------------------------------------------------------------------
 # the Trainer
 
@@ -321,7 +339,7 @@ class Trainer:
 
     def train(
         self,
-        pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike,
+        pairs: PairSource,
         *,
         epochs: int | None = None,
         eval_interval: int | None = None,
@@ -329,7 +347,9 @@ class Trainer:
     ) -> TrainResult:
         """Train on ``split == "train"`` pairs, validate on ``split == "val"`` (or held-out tasks).
 
-        ``pairs``: a pair table (DataFrame, list of row dicts, or Parquet/JSONL path; DESIGN §3).
+        ``pairs``: a pair table (DataFrame, list of row dicts, or Parquet/JSONL path; DESIGN §3),
+        read as every command reads one (:func:`orchrm.pair_reader.read_pairs`: TRL's and the
+        OrchRM data set's formats too; a table without ``split`` is split by task).
         ``resume`` continues from ``checkpoint_dir/last.safetensors`` (same pairs, model and
         settings). More epochs extend a run that has not stopped early, its schedule stretched to
         the new length from the next step on. A run that stopped early stays stopped, also when
@@ -343,85 +363,37 @@ class Trainer:
         cfg = _train_config(self.config, overrides | {"lr": self.config.lr or self.model.lr})
         dist, rank_device = _start_distributed()
         try:
-            return self._train(pairs, cfg, dist, rank_device, resume=resume)
+            return self._train(self._prepare(pairs, cfg, dist, rank_device, resume=resume))
         finally:
             if dist.owns_group:
                 torch.distributed.destroy_process_group()
 
-    def _train(self, pairs, cfg: TrainConfig, dist: _Dist, rank_device, *, resume: bool) -> TrainResult:
-        model = self.model
-        device = rank_device or self.device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        # checked before a fresh run removes the earlier run's checkpoints, which a failed start must keep
-        autocast = self._autocast(cfg, device)
-        if not any(p.requires_grad for p in model.parameters()):
-            raise ConfigError(
-                "the model has no trainable parameters (requires_grad is False everywhere); unfreeze the head, "
-                "or train encoder layers with train_layers"
-            )
-        frame = pair_frame(pairs)
-        train_df, val_df = split_pairs(frame, val_fraction=cfg.val_fraction, seed=cfg.seed, warn=dist.main)
-        fingerprint = data_hash(frame)
-        state = _LoopState()
-        checkpoint = self._checkpoint_path(LAST_CHECKPOINT)
-        if resume and checkpoint is not None and checkpoint.is_file():
-            try:
-                reader = ModelFile(checkpoint)
-                _check_same_model(reader, model)
-                model.load_weights(reader)
-                state = _LoopState.from_checkpoint(reader, fingerprint=fingerprint, cfg=cfg, world=dist.world)
-            except ModelFileError as exc:
-                raise TrainingError(
-                    f"cannot resume: {exc}. Restore the checkpoint, or start afresh (without resume; "
-                    "`orchrm train --overwrite`)"
-                ) from None
-        else:
-            if resume and dist.main:
-                log.warning("resume requested but no checkpoint at %s; starting from scratch", checkpoint)
-            if dist.main:
-                self._clear_checkpoints()
-        if not model.fitted:
-            self._fit_tokenizer(model, train_df, dist)
-        train, val = _Encoded.of(train_df, model), _Encoded.of(val_df, model)
-
-        model.to(device)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
-        steps_per_epoch = len(_shard(task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=1), dist, pad=True))
-        total = steps_per_epoch * cfg.epochs
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, _lr_lambda(cfg.lr_schedule, round(cfg.warmup_ratio * total), total)
-        )
-        state.restore_optimizer(optimizer, schedule)
-        net = self._wrap(model, dist, device)
-        # a frozen encoder's features never change: compute them once, train the head on them
-        train_feats, val_feats = (None, None) if model.encoder_trainable else (self._features(train, device), self._features(val, device))
-        if dist.main:
-            for cb in self.callbacks:
-                cb.on_train_begin(self._params(cfg, frame, train, val, fingerprint))
-
+    def _train(self, run: _Run) -> TrainResult:
+        """The loop: each epoch's steps (loss, backward, clip, refuse a non-finite step, update), then
+        validation, early stopping and checkpoints (:meth:`_after_evaluation`)."""
+        cfg, dist, device, state, optimizer = run.cfg, run.dist, run.device, run.state, run.optimizer
         train_seconds, pairs_seen = 0.0, 0
         first = cfg.epochs + 1 if state.stopped_early else state.epoch + 1  # a run that stopped early stays stopped
         for epoch in range(first, cfg.epochs + 1):
             torch.manual_seed(_epoch_seed(cfg.seed, epoch, dist.rank))
-            net.train()
+            run.net.train()
             t0 = time.perf_counter()
             sums = np.zeros(3)  # loss * pairs, correct, pairs
-            batches = task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=epoch)
-            steps = _shard(batches, dist, pad=True)
+            batches = task_batches(run.train.index, cfg.batch_size, seed=cfg.seed, epoch=epoch)
             lr = optimizer.param_groups[0]["lr"]
-            for j, pair_ids in enumerate(self._progress(steps, epoch, cfg.epochs, dist)):
-                with autocast:
-                    loss, correct = self._loss(net, train, pair_ids, cfg, device, train_feats)
+            for j, pair_ids in enumerate(self._progress(_shard(batches, dist, pad=True), epoch, cfg.epochs, dist)):
+                with run.autocast:
+                    loss, correct = self._loss(run.net, run.train, pair_ids, cfg, device, run.train_features)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip))
                 loss_value = float(loss.detach())
                 if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
                     what = f"loss {loss_value}, gradient norm {grad_norm} at step {state.step + 1}"
-                    raise self._diverged(what, epoch, state, optimizer)
+                    raise self._diverged(what, epoch, run)
                 lr = optimizer.param_groups[0]["lr"]  # this step's; schedule.step() sets the next one's
                 optimizer.step()
-                schedule.step()
+                run.schedule.step()
                 state.step += 1
                 if dist.rank + j * dist.world < len(batches):  # not a repeat that only evens out the ranks' steps
                     sums += (loss_value * len(pair_ids), float(correct), len(pair_ids))
@@ -433,38 +405,88 @@ class Trainer:
             pairs_seen += int(n)
 
             evaluate = epoch % cfg.eval_interval == 0 or epoch == cfg.epochs
-            val_loss, val_acc = self._evaluate(model, val, cfg, device, dist, val_feats) if evaluate else (None, None)
+            val_loss, val_acc = self._evaluate(self.model, run.val, cfg, device, dist, run.val_features) if evaluate else (None, None)
             if val_loss is not None and not math.isfinite(val_loss):  # the weights went bad: keep the good checkpoint
-                raise self._diverged(f"validation loss {val_loss}", epoch, state, optimizer)
-            record = EpochRecord(
-                epoch=epoch,
-                step=state.step,
-                train_loss=loss_sum / max(n, 1),
-                train_accuracy=correct_sum / max(n, 1),
-                val_loss=val_loss,
-                val_accuracy=val_acc,
-                lr=float(lr),
-                seconds=time.perf_counter() - t0,
-            )
-            state.history.append(record)
-            if not evaluate:
-                continue
-            improved = state.observe(record, cfg)
-            if improved:
-                state.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            state.stopped_early = state.bad_evals >= cfg.patience
-            if dist.main:
-                self._save_checkpoint(model, optimizer, schedule, state, fingerprint, cfg, dist, improved=improved)
-                for cb in self.callbacks:
-                    cb.on_eval(record, model)
-            if self.checkpoint_dir is not None:
-                state.checkpoint_epoch = epoch
-            if state.stopped_early:
+                raise self._diverged(f"validation loss {val_loss}", epoch, run)
+            state.history.append(EpochRecord(
+                epoch=epoch, step=state.step, train_loss=loss_sum / max(n, 1), train_accuracy=correct_sum / max(n, 1),
+                val_loss=val_loss, val_accuracy=val_acc, lr=float(lr), seconds=time.perf_counter() - t0,
+            ))
+            if evaluate and self._after_evaluation(run):
                 break
+        return self._finish(run, train_seconds=train_seconds, pairs_seen=pairs_seen)
 
-        if cfg.restore_best:
-            self._restore_best(model, state)
-        model.reward_mean, model.reward_std = self._reward_stats(model, val or train, device)
+    # -- before and after the loop -------------------------------------------------------------
+
+    def _prepare(self, pairs: PairSource, cfg: TrainConfig, dist: _Dist, rank_device, *, resume: bool) -> _Run:
+        """Device, pairs and their split, the start state (resumed or fresh), tokenizer, optimizer."""
+        model = self.model
+        device = rank_device or self.device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # checked before a fresh run removes the earlier run's checkpoints, which a failed start must keep
+        autocast = self._autocast(cfg, device)
+        if not any(p.requires_grad for p in model.parameters()):
+            raise ConfigError(
+                "the model has no trainable parameters (requires_grad is False everywhere); unfreeze the head, "
+                "or train encoder layers with train_layers"
+            )
+        frame = training_pairs(pairs)
+        train_df, val_df = split_pairs(frame, val_fraction=cfg.val_fraction, seed=cfg.seed, warn=dist.main)
+        fingerprint = data_hash(frame)
+        checkpoints = Checkpoints(self.checkpoint_dir)
+        state = checkpoints.start(model, resume=resume, fingerprint=fingerprint, cfg=cfg, world=dist.world, main=dist.main)
+        if not model.fitted:
+            self._fit_tokenizer(model, train_df, dist)
+        train, val = _Encoded.of(train_df, model), _Encoded.of(val_df, model)
+
+        model.to(device)
+        optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
+        steps_per_epoch = len(_shard(task_batches(train.index, cfg.batch_size, seed=cfg.seed, epoch=1), dist, pad=True))
+        total = steps_per_epoch * cfg.epochs
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, _lr_lambda(cfg.lr_schedule, round(cfg.warmup_ratio * total), total)
+        )
+        state.restore_optimizer(optimizer, schedule)
+        net = self._wrap(model, dist, device)
+        # a frozen encoder's features never change: compute them once, train the head on them
+        frozen = not model.encoder_trainable
+        run = _Run(
+            cfg=cfg, dist=dist, device=device, autocast=autocast, frame=frame, train_df=train_df, val_df=val_df,
+            fingerprint=fingerprint, train=train, val=val,
+            train_features=self._features(train, device) if frozen else None,
+            val_features=self._features(val, device) if frozen else None,
+            net=net, params=[p for p in model.parameters() if p.requires_grad],
+            optimizer=optimizer, schedule=schedule, state=state, checkpoints=checkpoints,
+        )
+        if dist.main:
+            for cb in self.callbacks:
+                cb.on_train_begin(self._params(run))
+        return run
+
+    def _after_evaluation(self, run: _Run) -> bool:
+        """Early stopping, checkpoints and ``on_eval`` for the epoch just evaluated; True when the
+        run stops here (patience ran out)."""
+        state, record = run.state, run.state.history[-1]
+        improved = state.observe(record, run.cfg)
+        if improved:
+            state.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        state.stopped_early = state.bad_evals >= run.cfg.patience
+        if run.dist.main:
+            run.checkpoints.save(
+                self.model, run.optimizer, run.schedule, state,
+                fingerprint=run.fingerprint, cfg=run.cfg, world=run.dist.world, improved=improved,
+            )
+            for cb in self.callbacks:
+                cb.on_eval(record, self.model)
+        if run.checkpoints.enabled:
+            state.checkpoint_epoch = record.epoch
+        return state.stopped_early
+
+    def _finish(self, run: _Run, *, train_seconds: float, pairs_seen: int) -> TrainResult:
+        """Best weights back, reward statistics, the result and the model's manifest; ``on_train_end``."""
+        model, state = self.model, run.state
+        if run.cfg.restore_best:
+            run.checkpoints.restore_best(model, state)
+        model.reward_mean, model.reward_std = self._reward_stats(model, run.val or run.train, run.device)
         result = TrainResult(
             history=list(state.history),
             best_epoch=state.best_epoch,
@@ -472,18 +494,18 @@ class Trainer:
             best_val_accuracy=state.best_val_accuracy,
             stopped_early=state.stopped_early,
             steps=state.step,
-            train_pairs=len(train.index),
-            val_pairs=0 if val is None else len(val.index),
+            train_pairs=len(run.train.index),
+            val_pairs=0 if run.val is None else len(run.val.index),
             train_seconds=train_seconds,
             pairs_per_second=pairs_seen / train_seconds if train_seconds > 0 else 0.0,
             reward_mean=model.reward_mean,
             reward_std=model.reward_std,
-            data_hash=fingerprint,
+            data_hash=run.fingerprint,
             checkpoint_dir=None if self.checkpoint_dir is None else str(self.checkpoint_dir),
             model=model,
         )
-        model.manifest = self._manifest(result, cfg, frame, train_df, val_df)
-        if dist.main:
+        model.manifest = self._manifest(result, run)
+        if run.dist.main:
             for cb in self.callbacks:
                 cb.on_train_end(result)
         return result
@@ -580,85 +602,32 @@ class Trainer:
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
     def _progress(self, steps, epoch: int, epochs: int, dist: _Dist):
-        if not (self.progress and dist.main):
-            return steps
-        from tqdm.auto import tqdm
+        return progress_bar(steps, desc=f"epoch {epoch}/{epochs}", unit="step", enabled=self.progress and dist.main)
 
-        return tqdm(steps, desc=f"epoch {epoch}/{epochs}", unit="step", leave=False, dynamic_ncols=True)
-
-    def _checkpoint_path(self, name: str) -> Path | None:
-        return None if self.checkpoint_dir is None else self.checkpoint_dir / name
-
-    def _clear_checkpoints(self) -> None:
-        """A fresh run's first step: an earlier run's checkpoints in ``checkpoint_dir`` go, so that
-        neither its best weights nor its last state can be mistaken for this run's."""
-        for name in (LAST_CHECKPOINT, BEST_CHECKPOINT):
-            path = self._checkpoint_path(name)
-            if path is not None and path.is_file():
-                log.warning("fresh run: removing the earlier run's checkpoint %s", path)
-                path.unlink()
-
-    def _save_checkpoint(self, model, optimizer, schedule, state, fingerprint, cfg, dist, *, improved: bool) -> None:
-        if self.checkpoint_dir is None:
-            return
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        if improved:
-            model.save(self.checkpoint_dir / BEST_CHECKPOINT)
-        tensors, groups = _optimizer_tensors(optimizer)
-        meta = {
-            "epoch": state.history[-1].epoch,
-            "step": state.step,
-            "best_epoch": state.best_epoch,
-            "best_val_loss": state.best_val_loss,
-            "best_val_accuracy": state.best_val_accuracy,
-            "bad_evals": state.bad_evals,
-            "stopped_early": state.stopped_early,
-            "history": [asdict(r) for r in state.history],
-            "data_hash": fingerprint,
-            "world_size": dist.world,
-            "train_config": cfg.model_dump(mode="json"),
-            "optimizer_groups": groups,
-            "schedule": schedule.state_dict(),
-        }
-        model.write_file(
-            self.checkpoint_dir / LAST_CHECKPOINT, extra_tensors=tensors, extra_metadata={"trainer_state": json.dumps(meta)}
-        )
-
-    def _restore_best(self, model: BradleyTerryModel, state: _LoopState) -> None:
-        best = self._checkpoint_path(BEST_CHECKPOINT)
-        if state.best_weights is not None:
-            model.load_state_dict(state.best_weights)
-        elif best is not None and best.is_file() and state.best_epoch:
-            model.load_weights(best)
-
-    def _diverged(self, what: str, epoch: int, state: _LoopState, optimizer) -> TrainingError:
+    def _diverged(self, what: str, epoch: int, run: _Run) -> TrainingError:
         """The error for a run gone non-finite (``what``: its loss, gradient or validation loss), naming the
         checkpoint this run can resume from."""
-        lr = optimizer.param_groups[0]["lr"]
-        if state.checkpoint_epoch is not None:
-            kept = (f"the last good checkpoint is kept at {self._checkpoint_path(LAST_CHECKPOINT)} (epoch "
-                    f"{state.checkpoint_epoch}); resume from it with resume=True")
-        else:
-            kept = "no checkpoint of this run was written yet"
+        lr = run.optimizer.param_groups[0]["lr"]
         return TrainingError(
             f"training diverged at epoch {epoch}: {what} (learning rate {lr:.3g}). Nothing of it was saved; "
-            f"{kept}. Lower the learning rate or check the pairs (margins, empty texts)."
+            f"{run.checkpoints.kept(run.state)}. Lower the learning rate or check the pairs (margins, empty texts)."
         )
 
-    def _params(self, cfg, frame, train: _Encoded, val: _Encoded | None, fingerprint: str) -> dict[str, Any]:
+    def _params(self, run: _Run) -> dict[str, Any]:
         return {
             "model": self.model.config.model_dump(mode="json"),
-            "train": cfg.model_dump(mode="json"),
-            "data_hash": fingerprint,
-            "pairs": len(frame),
-            "train_pairs": len(train.index),
-            "val_pairs": 0 if val is None else len(val.index),
-            "train_candidates": train.index.num_candidates,
+            "train": run.cfg.model_dump(mode="json"),
+            "data_hash": run.fingerprint,
+            "pairs": len(run.frame),
+            "train_pairs": len(run.train.index),
+            "val_pairs": 0 if run.val is None else len(run.val.index),
+            "train_candidates": run.train.index.num_candidates,
         }
 
-    def _manifest(self, result: TrainResult, cfg, frame, train_df, val_df) -> dict[str, Any]:
+    def _manifest(self, result: TrainResult, run: _Run) -> dict[str, Any]:
         from orchrm import __version__
 
+        frame, train_df, val_df = run.frame, run.train_df, run.val_df
         return {
             "orchrm_version": __version__,
             "data_hash": result.data_hash,
@@ -672,114 +641,8 @@ class Trainer:
             "best_epoch": result.best_epoch,
             "best_val_loss": result.best_val_loss,
             "best_val_accuracy": result.best_val_accuracy,
-            "train_config": cfg.model_dump(mode="json"),
+            "train_config": run.cfg.model_dump(mode="json"),
         }
-
-
-def _check_same_model(reader: ModelFile, model: BradleyTerryModel) -> None:
-    """A resumed run continues the model of its checkpoint: every model setting the same."""
-    saved, now = reader.model_config.model_dump(mode="json"), model.config.model_dump(mode="json")
-    changed = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
-    if changed:
-        was = ", ".join(f"{k}={saved.get(k)!r}" for k in changed)
-        is_ = ", ".join(f"{k}={now.get(k)!r}" for k in changed)
-        raise TrainingError(
-            f"checkpoint {reader.path} is of a model with {was}, now {is_}; resume with the same model "
-            "settings, or start a new output directory"
-        )
-
-
-@dataclass
-class _LoopState:
-    """Where the loop stands; all of it goes into ``last.safetensors``."""
-
-    epoch: int = 0
-    step: int = 0
-    best_epoch: int = 0
-    best_val_loss: float | None = None
-    best_val_accuracy: float | None = None
-    bad_evals: int = 0
-    stopped_early: bool = False
-    #: the epoch of ``last.safetensors`` when this run wrote it or resumed from it (None: none of this run's)
-    checkpoint_epoch: int | None = None
-    history: list[EpochRecord] = field(default_factory=list)
-    best_weights: dict[str, Tensor] | None = None
-    optimizer_state: tuple[dict[str, Tensor], list, dict] | None = None
-
-    def observe(self, record: EpochRecord, cfg: TrainConfig) -> bool:
-        """Update the early-stopping state with an evaluated epoch; True if it is the new best."""
-        if record.val_loss is None:  # nothing to validate on: the latest epoch is the best
-            self.best_epoch = record.epoch
-            return True
-        if self.best_val_loss is None or record.val_loss < self.best_val_loss - cfg.min_delta:
-            self.best_epoch, self.best_val_loss, self.best_val_accuracy = record.epoch, record.val_loss, record.val_accuracy
-            self.bad_evals = 0
-            return True
-        self.bad_evals += 1
-        return False
-
-    @classmethod
-    def from_checkpoint(cls, reader: ModelFile, *, fingerprint: str, cfg: TrainConfig, world: int) -> _LoopState:
-        try:
-            meta = json.loads(reader.metadata["trainer_state"])
-        except KeyError:
-            raise TrainingError(f"{reader.path} is a model file, not a training checkpoint (no trainer state)") from None
-        if meta["data_hash"] != fingerprint:
-            raise TrainingError(
-                f"checkpoint {reader.path} was trained on other pairs (data hash {meta['data_hash']}, now "
-                f"{fingerprint}); resume with the same pair table or start a new output directory"
-            )
-        saved = dict(meta["train_config"])
-        if saved.get("lr") is None:  # written before the lr was resolved from model.lr: the optimizer's is the one used
-            saved["lr"] = meta["optimizer_groups"][0]["initial_lr"]
-        # what decides the split, the batches, the loss or the updates must not change under a resumed run
-        for key in ("batch_size", "seed", "lr", "lr_schedule", "warmup_ratio", "weight_decay", "val_fraction",
-                    "grad_clip", "use_margin", "center_rewards_coefficient"):
-            if saved.get(key) != cfg.model_dump(mode="json").get(key):
-                raise TrainingError(f"checkpoint {reader.path} used {key}={saved.get(key)!r}, now {key}={cfg.model_dump(mode='json').get(key)!r}; resume needs the same settings")
-        if meta["world_size"] != world:
-            raise TrainingError(f"checkpoint {reader.path} was written by {meta['world_size']} processes, now {world}; resume with the same number")
-        state = cls(
-            epoch=meta["epoch"],
-            step=meta["step"],
-            best_epoch=meta["best_epoch"],
-            best_val_loss=meta["best_val_loss"],
-            best_val_accuracy=meta["best_val_accuracy"],
-            bad_evals=meta["bad_evals"],
-            stopped_early=meta.get("stopped_early", meta["bad_evals"] >= cfg.patience),
-            checkpoint_epoch=meta["epoch"],
-            history=[EpochRecord(**r) for r in meta["history"]],
-        )
-        best = reader.path.parent / BEST_CHECKPOINT
-        if best.is_file():
-            state.best_weights = ModelFile(best).tensors(prefix_excluded="trainer.")
-        state.optimizer_state = (reader.tensors(prefix="trainer.optim."), meta["optimizer_groups"], meta["schedule"])
-        return state
-
-    def restore_optimizer(self, optimizer: torch.optim.Optimizer, schedule) -> None:
-        if self.optimizer_state is None:
-            return
-        tensors, groups, sched = self.optimizer_state
-        per_param: dict[int, dict[str, Tensor]] = {}
-        for key, value in tensors.items():
-            pid, name = key.split(".", 1)
-            per_param.setdefault(int(pid), {})[name] = value
-        optimizer.load_state_dict({"state": per_param, "param_groups": groups})
-        schedule.load_state_dict(sched)
-        # the groups' lr came with the checkpoint, from the schedule it was written under; with more epochs
-        # the schedule is longer, and the next step must train at the new schedule's rate (same epochs: same lr)
-        for group, base_lr, factor in zip(optimizer.param_groups, schedule.base_lrs, schedule.lr_lambdas, strict=True):
-            group["lr"] = base_lr * factor(schedule.last_epoch)
-        self.optimizer_state = None
-
-
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], list]:
-    sd = optimizer.state_dict()
-    tensors = {}
-    for pid, st in sd["state"].items():
-        for name, value in st.items():
-            tensors[f"trainer.optim.{pid}.{name}"] = torch.as_tensor(value).detach().to("cpu", copy=True).contiguous()
-    return tensors, json.loads(json.dumps(sd["param_groups"]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -787,7 +650,7 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tens
 
 
 def fit(
-    pairs: pd.DataFrame | Sequence[Mapping] | str | os.PathLike,
+    pairs: PairSource,
     model_config: ModelConfig | None = None,
     train_config: TrainConfig | None = None,
     *,

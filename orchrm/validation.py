@@ -589,8 +589,8 @@ def validate_files(
         _refuse_raw_traces(artifacts, artifact_df)
         tables.append(("artifacts", derive_artifact_columns(artifact_df)))
     if pairs is not None:
-        from orchrm.pair_reader import read_pairs  # the reader training uses: same tasks, splits, margins
+        from orchrm.pair_reader import read_pairs
 
-        pair_df = read_pairs(pairs)
+        pair_df = read_pairs(pairs)  # as training reads it: the same tasks, splits and margins
         tables.append(("pairs", derive_pair_columns(pair_df, artifact_df)))
     return _finish(_validate(tables, out_dir), raise_on_failure)

@@ -12,6 +12,7 @@ import pytest
 
 from orchrm.config import PairsConfig
 from orchrm.errors import TraceSchemaError
+from orchrm.pair_engine import ragged_arange, within_group_pairs
 from orchrm.pairs import (
     MARGIN_SLACK,
     PairwiseComparator,
@@ -409,6 +410,39 @@ def test_read_pairs_fills_missing_ids_and_labels_like_missing_columns(tmp_path):
     assert pairs["chosen_artifact_id"].iloc[0] == "a1"
     assert pairs["chosen_artifact_id"].iloc[1] == derived["chosen_artifact_id"].iloc[1]
     assert pairs["pair_id"].notna().all() and pairs["pair_id"].is_unique
+
+
+def test_read_pairs_reads_a_file_a_frame_and_row_dicts_alike(tmp_path):
+    rows = [
+        {"prompt": Q, "chosen": COT_SMALL, "rejected": COT_LARGE, "margin": 0.25},
+        {"prompt": Q + "\n" + '<agent id="a1" type="WebSearch" queries="2" top_k="5"/>',
+         "chosen": "<agent .../>\nanswer 4", "rejected": "<agent .../>\nanswer 5", "margin": 0.5},
+        {"prompt": "Another question?", "chosen": COT_SMALL, "rejected": SC, "margin": 1.0},
+    ]
+    from_file = read_pairs(_jsonl(tmp_path / "trl.jsonl", rows))
+    for other in (read_pairs(pd.DataFrame(rows)), read_pairs(rows)):
+        pd.testing.assert_frame_equal(other, from_file, check_dtype=False)
+    assert from_file["margin"].tolist() == [0.25, 0.5, 1.0]  # a margin column is kept as given
+    assert from_file["task_id"].iloc[0] == from_file["task_id"].iloc[1] != from_file["task_id"].iloc[2]
+    assert from_file["domain"].tolist() == ["custom"] * 3
+
+
+def test_read_pairs_of_zero_rows_is_an_empty_table_and_other_objects_are_refused():
+    for empty in ([], pd.DataFrame(columns=["prompt", "chosen", "rejected"])):
+        pairs = read_pairs(empty)
+        assert pairs.empty and list(pairs.columns) == list(PAIR_COLUMNS)
+    with pytest.raises(TraceSchemaError, match="pairs must be a pair table .*, not dict"):
+        read_pairs({"prompt": "q"})
+    with pytest.raises(TraceSchemaError, match=r"column 'prompt' must hold plain text; rows 0 do not"):
+        read_pairs([{"prompt": [{"role": "user", "content": "q"}], "chosen": "a", "rejected": "b"}])
+
+
+def test_ragged_arange_enumerates_each_rows_slots():
+    owner, offset = ragged_arange(np.array([2, 0, 3, 1, 0]))
+    assert list(zip(owner.tolist(), offset.tolist(), strict=True)) == [(0, 0), (0, 1), (2, 0), (2, 1), (2, 2), (3, 0)]
+    left, right = within_group_pairs(np.array([7, 7, 7, 9, 9]))
+    assert list(zip(left.tolist(), right.tolist(), strict=True)) == [(0, 1), (0, 2), (1, 2), (3, 4)]
+    assert [len(a) for a in ragged_arange(np.array([], dtype=np.int64))] == [0, 0]
 
 
 def test_read_pairs_refuses_fractional_token_counts(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchrm import BradleyTerryModel
-from orchrm.batching import PairIndex, pair_frame, split_pairs, task_batches
+from orchrm.batching import PairIndex, split_pairs, task_batches, training_pairs
 from orchrm.traces import write_table
 
 from .conftest import make_pairs
@@ -46,7 +46,7 @@ def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best.safetensors", "last.safetensors"]
     model = BradleyTerryModel.load(out)
     summary = json.loads((out / "train_result.json").read_text())
-    train, _ = split_pairs(pair_frame(pairs), val_fraction=0.1, seed=0)
+    train, _ = split_pairs(training_pairs(pairs), val_fraction=0.1, seed=0)
     n_batches = len(task_batches(PairIndex.build(train), 16, seed=0, epoch=1))
     # each rank ran half of every epoch's steps, and the pair count covers both ranks
     assert summary["steps"] == 2 * math.ceil(n_batches / 2)

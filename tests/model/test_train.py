@@ -14,11 +14,15 @@ import pytest
 import torch
 
 from orchrm import BradleyTerryModel, Trainer
+from orchrm.batching import data_hash, training_pairs
 from orchrm.cli import main as cli_main
 from orchrm.config import ModelConfig, TrainConfig
 from orchrm.errors import ConfigError, TraceSchemaError, TrainingError
 from orchrm.model import ModelFile
+from orchrm.pair_reader import read_pairs, task_id_of, task_text
+from orchrm.traces import write_table
 from orchrm.train import LAST_CHECKPOINT, TrainCallback, TrainResult, fit
+from orchrm.validation import validate_files
 
 SMALL = dict(batch_size=16, lr=3e-3, progress=False)
 
@@ -337,6 +341,15 @@ def test_callbacks_see_the_run(small_pairs, tiny_model_kwargs):
     assert ("log", 2, ["grad_norm", "loss", "lr"]) in rec.events
 
 
+def test_progress_written_to_a_log_is_a_line_per_epoch(small_pairs, tiny_model_kwargs, capsys):
+    """Not a terminal (CI, `make demo > log`): one line per epoch, no redrawn bar per step."""
+    Trainer(model=BradleyTerryModel(**tiny_model_kwargs), batch_size=16, lr=3e-3, progress=True).train(pairs=small_pairs, epochs=3)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in lines] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
+    assert "\r" not in err and " step (" in lines[0]
+
+
 def test_eval_interval_skips_validation_but_always_validates_the_last_epoch(small_pairs, tiny_model_kwargs):
     result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), **SMALL).train(pairs=small_pairs, epochs=3, eval_interval=2)
     assert [r.val_loss is not None for r in result.history] == [False, True, True]
@@ -382,7 +395,7 @@ def test_not_a_pair_table_or_an_absent_gpu_is_a_clear_error(tiny_model_kwargs):
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
-        ([dict(prompt="q", chosen="a")], r"lacks column\(s\) \['rejected'\]"),
+        ([dict(prompt="q", chosen="a")], "not a pair table: lacks rejected"),
         ([dict(prompt="q", chosen="a", rejected="a")], "chosen == rejected"),
         ([dict(prompt="q", chosen="a", rejected="b", margin=float("nan"))], "finite number"),
         ([dict(prompt="q", chosen="a", rejected="b", margin=1e39)], r"finite number >= 0 \(and within float32\); rows \[0\]"),
@@ -396,29 +409,57 @@ def test_bad_pair_tables_name_the_problem(rows, message, tiny_model_kwargs):
 
 
 def test_pairs_without_a_train_split_train_on_every_row_with_a_warning(tiny_model_kwargs, caplog):
-    rows = [dict(task_id="t1", prompt="q", chosen="plan a b", rejected="plan c d", split="test", margin=0.2)] * 3
+    rows = [dict(task_id="t1", prompt="q", chosen=f"plan a {i}", rejected="plan c d", split="test", margin=0.2) for i in range(3)]
     with caplog.at_level("WARNING", logger="orchrm.train"):
         result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=rows, epochs=1)
     assert result.train_pairs == 3 and "no pairs with split == 'train'" in caplog.text
     assert "all 3 pairs count as training pairs, less the val_fraction=0.1 of their tasks held out" in caplog.text
 
 
-def test_a_pair_without_a_task_id_belongs_to_its_prompts_task(small_pairs, tiny_model_kwargs):
-    from orchrm.batching import pair_frame
-
+def test_a_pair_without_a_task_id_belongs_to_its_questions_task(small_pairs, tiny_model_kwargs):
     rows = small_pairs.copy()
-    rows.loc[rows.index[:5], "task_id"] = None
-    frame = pair_frame(rows)
+    node = rows.index[rows["granularity"] == "node"][:3]
+    rows.loc[node, "task_id"] = None
+    frame = training_pairs(rows)
     assert frame["task_id"].notna().all() and "nan" not in set(frame["task_id"])
-    assert frame.loc[:4, "task_id"].nunique() == rows.loc[rows.index[:5], "prompt"].nunique()
+    # a node pair's prompt is its question plus a plan prefix: its task is the question's
+    assert frame.loc[node, "task_id"].tolist() == [task_id_of(p.split("\n")[0]) for p in rows.loc[node, "prompt"]]
     result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), **SMALL).train(pairs=rows, epochs=1)
     assert result.train_pairs + result.val_pairs == len(rows)
 
 
-def test_orchrm_dataset_format_and_missing_val_split_are_accepted(small_pairs, tiny_model_kwargs):
+def test_a_table_without_splits_is_split_by_task_and_test_tasks_are_never_trained_on(small_pairs, tiny_model_kwargs):
     own = small_pairs[["prompt", "chosen", "rejected", "source"]].rename(columns={"prompt": "input"})
+    split = read_pairs(own)["split"]
+    assert set(split) == {"train", "val", "test"}  # the fixture's tasks hash into all three
     result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), **SMALL).train(pairs=own, epochs=1)
-    assert result.val_pairs > 0 and result.train_pairs + result.val_pairs == len(own)  # ~10% of tasks held out
+    assert (result.train_pairs, result.val_pairs) == ((split == "train").sum(), (split == "val").sum())
+
+
+@pytest.mark.parametrize("fmt", ["trl", "orchrm-dataset"])
+def test_validate_and_train_read_a_pair_file_the_same_way(fmt, small_pairs, tiny_model_kwargs, tmp_path):
+    """One reader (issue 14): every pair gets the same task, split and margin in `orchrm validate`
+    and in training. Node pairs' prompts carry a plan prefix; read as tasks of their own, a
+    question's node pairs could train while its plan pairs validated."""
+    if fmt == "trl":
+        foreign = small_pairs[["prompt", "chosen", "rejected", "margin"]]
+    else:
+        foreign = small_pairs[["prompt", "chosen", "rejected", "source"]].rename(columns={"prompt": "input"})
+    path = write_table(foreign, tmp_path / "pairs.jsonl")
+    read = read_pairs(path)  # what `orchrm validate` checks
+    by_question = read.groupby(read["prompt"].map(task_text))
+    assert (by_question["task_id"].nunique() == 1).all() and (by_question["split"].nunique() == 1).all()
+    assert read["task_id"].nunique() == small_pairs["task_id"].nunique()
+    report = validate_files(pairs=path, out_dir=tmp_path / "validation")
+    assert report.success and report.rows == {"pairs": len(read)}
+
+    result = fit(path, ModelConfig(**tiny_model_kwargs), TrainConfig(epochs=1, batch_size=16, lr=3e-3), progress=False)
+    # the data hash covers each row's task_id, prompt, chosen, rejected, margin and split
+    assert result.data_hash == data_hash(read)
+    assert result.train_pairs == (read["split"] == "train").sum()
+    assert result.model.manifest["train_tasks"] == read.loc[read["split"] == "train", "task_id"].nunique()
+    # Trainer.train(pairs=<row dicts>) reads them the same way too
+    assert data_hash(training_pairs(foreign.to_dict("records"))) == result.data_hash
 
 
 def test_bad_trainer_settings_name_the_field(tiny_model_kwargs):
