@@ -10,16 +10,12 @@ to one that does not. Plans are canonical plan text (orchrm.plans), so the token
 from __future__ import annotations
 
 import itertools
-import os
 import random
 
 import pandas as pd
 import pytest
 
 from orchrm.plans import Plan
-
-for _key, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
-    os.environ.setdefault(_key, _value)  # the tests never touch the network
 
 CITIES = ["Avalon", "Brask", "Corvin", "Dunmere", "Elstow", "Farhold", "Glenrock", "Harrow", "Ivel", "Jorvik",
           "Kestrel", "Lunden", "Morrow", "Norhaven", "Oakmere", "Pellin", "Quarry", "Rookby", "Sallow", "Tarn"]
