@@ -414,7 +414,7 @@ def build_pool(
     plan_id, pool seed or re-run)``, never from the worker or the order the work finishes in.
     ``workers`` (default ``collect.workers``, else one per core) processes share the tasks.
     """
-    from tqdm.auto import tqdm
+    from orchrm.progress import progress_bar
 
     e = config.evaluate
     tasks = list(held_out_tasks(config) if tasks is None else tasks)
@@ -430,7 +430,7 @@ def build_pool(
     workers = workers or config.collect.workers or os.cpu_count() or 1
     chunk = max(1, min(8, len(tasks) // (workers * 4) or 1))
     chunks = [tasks[i : i + chunk] for i in range(0, len(tasks), chunk)]
-    bar = tqdm(total=len(tasks), desc="evaluation pool", unit="task", disable=not progress, leave=False)
+    bar = progress_bar(total=len(tasks), desc="evaluation pool", unit="task", enabled=progress)
     results: list[list[dict]] = []
     try:
         if workers == 1 or len(chunks) == 1:
