@@ -614,7 +614,7 @@ def regate(version: int, *, config: PipelineConfig) -> Verdict:
 
 
 def _champion_still_current(verdict: Verdict, *, version: int, evaluated: str | None, config: PipelineConfig) -> Verdict:
-    """Fail the ``beat_champion`` gate when the champion moved since the candidate was evaluated:
+    """Fail the ``beats_champion`` gate when the champion moved since the candidate was evaluated:
     its comparison no longer says anything about the current champion."""
     from orchrm.evaluation import GateResult, Verdict
 
@@ -625,14 +625,14 @@ def _champion_still_current(verdict: Verdict, *, version: int, evaluated: str | 
         return verdict
     against = f"v{evaluated}" if evaluated is not None else "no champion"
     stale = GateResult(
-        name="beat_champion",
+        name="beats_champion",
         passed=False,
         value=None,
         threshold=None,
         detail=f"the champion is now v{current} but this candidate was evaluated against {against}: re-evaluate it "
         f"against v{current} (orchrm evaluate), then promote",
     )
-    return Verdict(tuple(g for g in verdict.gates if g.name != "beat_champion") + (stale,))
+    return Verdict(tuple(g for g in verdict.gates if g.name != "beats_champion") + (stale,))
 
 
 def promote(version: int, *, config: PipelineConfig, verdict: Verdict | None = None) -> bool:

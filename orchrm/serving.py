@@ -328,19 +328,19 @@ class RewardGuidedOrchestrator:
         self.steps: tuple[GuidedStep, ...] = ()
 
     def execute(self, task: Task | str) -> OrchestrationResult:
-        from orchrm.pairs import _plan_nodes
+        from orchrm.pair_engine import plan_nodes
 
         executor = self.executor = self.executor or _default_executor()
         task = executor.as_task(task)
         alive = list(executor.sample_plans(task, self.num_candidates, seed=self.seed))
-        nodes = {p.plan_id: _plan_nodes(p.render()) for p in alive}
+        nodes = {p.plan_id: plan_nodes(p.render()) for p in alive}
         scoring = execution = 0
         steps: list[GuidedStep] = []
         last_run = None
         last_options: list = []
         depth = 0
         while True:
-            deeper = [p for p in alive if p.max_depth() >= depth]
+            deeper = [p for p in alive if p.max_depth >= depth]
             if not deeper:
                 break
             groups: dict[str, list[Plan]] = {}
@@ -361,9 +361,9 @@ class RewardGuidedOrchestrator:
             best_key, _, _, last_run = max(options, key=lambda o: o[1])
             steps.append(GuidedStep(depth, tuple((k, s) for k, s, _, _ in options), best_key))
             alive, last_options = groups[best_key], options
-            if all(p.max_depth() == depth for p in alive):
+            if all(p.max_depth == depth for p in alive):
                 break
-            alive = [p for p in alive if p.max_depth() > depth] or alive
+            alive = [p for p in alive if p.max_depth > depth] or alive
             depth += 1
         plan = alive[0]
         final = last_run if last_run is not None and last_run.plan.plan_id == plan.plan_id and last_run.final else None
@@ -391,4 +391,5 @@ def _step_key(infos: Sequence[Any], depth: int) -> str:
     """A step's identity: its prefix and its nodes' lines at ``depth`` (plans that agree on both
     are at the same state and take the same step)."""
     here = [n for n in infos if n.depth == depth]
-    return "\n".join(sorted(n.prefix for n in here)[:1] + sorted(n.line for n in here))
+    prefixes = sorted({n.prefix for n in here} - {""})
+    return "\n".join(prefixes + sorted(n.line for n in here))

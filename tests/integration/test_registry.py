@@ -43,7 +43,7 @@ def accuracy_verdict(accuracy: float, config: PipelineConfig) -> Verdict:
     candidate pool; tests/integration/test_pipeline.py runs it)."""
     threshold = config.evaluate.gates.min_pairwise_accuracy
     gate = GateResult(
-        name="min_pairwise_accuracy",
+        name="pairwise_accuracy",
         passed=accuracy >= threshold,
         value=accuracy,
         threshold=threshold,
@@ -179,7 +179,7 @@ def test_a_good_first_candidate_becomes_champion(store):
     assert registry.champion_version(store.config) == store.good_version == 1
     info = registry.version_info(store.good_version, config=store.config)
     assert info["tags"]["verdict"] == "promoted"
-    assert info["tags"]["gate.min_pairwise_accuracy"].startswith("pass: ")
+    assert info["tags"]["gate.pairwise_accuracy"].startswith("pass: ")
     assert info["tags"]["data_digest"] == store.digest
     assert info["tags"]["git_commit"] == registry.git_commit() != ""
     assert info["run_id"] == store.good_run
@@ -191,8 +191,8 @@ def test_a_weak_candidate_is_registered_as_challenger_and_champion_stays(store):
     assert store.weak_version == 2
     assert "challenger" in info["aliases"] and "champion" not in info["aliases"]
     assert info["tags"]["verdict"] == "rejected"
-    assert info["tags"]["gate.min_pairwise_accuracy"].startswith("fail: ")
-    with pytest.raises(PromotionRejected, match=r"version 2 .* failed 1 gate\(s\): min_pairwise_accuracy: .*champion stays at version 1"):
+    assert info["tags"]["gate.pairwise_accuracy"].startswith("fail: ")
+    with pytest.raises(PromotionRejected, match=r"version 2 .* failed 1 gate\(s\): pairwise_accuracy: .*champion stays at version 1"):
         registry.promote(store.weak_version, config=store.config)
     assert registry.champion_version(store.config) == store.good_version
 
