@@ -17,8 +17,8 @@ from tests.flows.conftest import write_config
 
 pytestmark = pytest.mark.slow
 
-#: gates a two-epoch tiny model can pass: these tests are about the pipeline, not the model's skill
-LENIENT = {"min_pairwise_accuracy": 0.0, "min_best_of_n_gain": -1.0, "beat_cost_only": False}
+#: gates a two-epoch tiny model passes on a busy machine: these tests are about the pipeline, not the model
+LENIENT = {"min_pairwise_accuracy": 0.0, "min_best_of_n_gain": -1.0, "beat_cost_only": False, "max_scoring_latency_ms": 1e9}
 
 
 def _versions(cfg) -> list[int]:
@@ -105,7 +105,7 @@ def test_a_failed_gate_completes_with_verdict_rejected_and_champion_untouched(st
     strict = write_config(path.parent, "strict.yaml", evaluate={"gates": {**LENIENT, "max_scoring_latency_ms": 1e-6}})
     result = orchrm_pipeline(str(strict))
     assert result.status == "rejected"
-    assert "max_scoring_latency_ms" in [g.name for g in result.verdict.failed()]
+    assert "scoring_latency" in [g.name for g in result.verdict.failed()]
     assert registry.champion_version(cfg) == champion
     assert registry.alias_version(cfg, "challenger") == result.registered.version
     assert result.registered.version != champion

@@ -42,7 +42,7 @@ def test_demo_runs_the_pipeline_then_the_champion_picks_a_plan(tmp_path):
 
     data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text()) | {"data_dir": str(tmp_path / "data")}
     # gates a two-epoch tiny model can pass: this test is about the demo, not the model's skill
-    gates = {"min_pairwise_accuracy": 0.0, "min_best_of_n_gain": -1.0, "beat_cost_only": False}
+    gates = {"min_pairwise_accuracy": 0.0, "min_best_of_n_gain": -1.0, "beat_cost_only": False, "max_scoring_latency_ms": 1e9}
     data["evaluate"] = {**data.get("evaluate", {}), "gates": {**data.get("evaluate", {}).get("gates", {}), **gates}}
     lines: list[str] = []
     result = run_demo(config_from_dict(data), out_dir=tmp_path / "run", say=lines.append)

@@ -1,0 +1,70 @@
+"""The stage functions the flows wrap, called plainly (no Prefect): the cheap contracts."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from orchrm import pipeline
+from orchrm.config import PipelineConfig, config_from_dict
+from orchrm.errors import ConfigError
+
+
+def test_a_trace_file_is_new_until_a_run_has_trained_on_it(tmp_path):
+    folder, data = tmp_path / "incoming", tmp_path / "data"
+    folder.mkdir()
+    (folder / "monday.jsonl").write_text('{"a": 1}\n')
+    found = pipeline.find_new_traces(folder, data_dir=data)
+    assert [p.name for p in found.new] == ["monday.jsonl"]
+
+    pipeline.record_ingested(found, data_dir=data, run_id="r1")
+    (folder / "monday.jsonl").rename(folder / "renamed.jsonl")  # same bytes: not new
+    (folder / "tuesday.parquet").write_bytes(b"PAR1 new bytes")
+    (folder / "notes.txt").write_text("not a trace file")
+    found = pipeline.find_new_traces(folder, data_dir=data)
+    assert [p.name for p in found.files] == ["renamed.jsonl", "tuesday.parquet"]
+    assert [p.name for p in found.new] == ["tuesday.parquet"]
+
+
+def test_a_missing_traces_folder_says_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist: create it"):
+        pipeline.find_new_traces(tmp_path / "nowhere", data_dir=tmp_path)
+
+
+def test_training_runs_orchrm_train_or_torchrun_in_a_subprocess(tmp_path):
+    paths = {"pairs_path": tmp_path / "p.parquet", "model_dir": tmp_path / "m", "config_path": tmp_path / "c.yaml"}
+    plain = pipeline.train_command(PipelineConfig(), run_id="abc", **paths)
+    assert plain[:3] == [sys.executable, "-m", "orchrm.cli"] and plain[3] == "train"
+    assert plain[-2:] == ["--mlflow-run-id", "abc"] and "--overwrite" in plain
+    ddp = config_from_dict({"pipeline": {"launcher": "torchrun", "nproc_per_node": 2}})
+    cmd = pipeline.train_command(ddp, run_id=None, **paths)
+    assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    assert "--mlflow-run-id" not in cmd
+
+
+def test_the_weekly_seed_changes_every_week_and_is_never_the_collection_seed():
+    cfg = PipelineConfig()
+    monday = pipeline.weekly_seed(cfg, datetime(2026, 11, 30, tzinfo=UTC))
+    sunday = pipeline.weekly_seed(cfg, datetime(2026, 12, 6, tzinfo=UTC))
+    next_week = pipeline.weekly_seed(cfg, datetime(2026, 12, 7, tzinfo=UTC))
+    assert monday == sunday == 202649 and next_week == 202650
+    clash = config_from_dict({"collect": {"seed": 202649}})
+    assert pipeline.weekly_seed(clash, datetime(2026, 11, 30, tzinfo=UTC)) != 202649
+
+
+def test_collection_output_is_keyed_on_every_input(tmp_path):
+    cfg = config_from_dict({"data_dir": str(tmp_path), "collect": {"domains": ["math"], "tasks_per_domain": 1, "plans_per_task": 2, "workers": 1}})
+    a = pipeline.collect_stage(cfg.collect, cfg.sandbox, data_dir=cfg.data_dir, code_version="v1")
+    b = pipeline.collect_stage(cfg.collect, cfg.sandbox, data_dir=cfg.data_dir, code_version="v2")
+    c = pipeline.collect_stage(cfg.collect.model_copy(update={"seed": 1}), cfg.sandbox, data_dir=cfg.data_dir, code_version="v1")
+    assert len({a.path, b.path, c.path}) == 3
+    assert a.rows > 0 and a.origin == "sandbox"
+
+
+def test_the_pipeline_config_section_is_validated_on_load():
+    with pytest.raises(ConfigError, match=r"pipeline\.task_runner"):
+        config_from_dict({"pipeline": {"task_runner": "ray"}})
+    with pytest.raises(ConfigError, match=r"pipeline\.train_timeout_s"):
+        config_from_dict({"pipeline": {"train_timeout_s": 0}})
