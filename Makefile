@@ -9,7 +9,7 @@ EXTRAS ?= dev
 include orchrm/offline.env
 export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' orchrm/offline.env)
 
-.PHONY: install demo test test-fast bench lint clean help
+.PHONY: install demo serve test test-fast bench lint clean help
 
 help:  ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -23,8 +23,28 @@ $(VENV)/.installed: pyproject.toml scripts/install_torch.sh
 	$(PY) -m pip install --quiet -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
 	@touch $@
 
-demo: install  ## run the pipeline on the embedded defaults and print what it did
-	$(VENV)/bin/orchrm demo --config configs/default.yaml
+# Prefect keeps its database under the data folder: the demo's flow runs (Prefect's ephemeral
+# API) and `make serve`'s server see the same history
+PREFECT_HOME ?= $(abspath .orchrm/prefect)
+PREFECT_PORT ?= 4200
+WORK_POOL ?= orchrm
+
+demo: install  ## run the pipeline as the Prefect flow on the embedded defaults, then best-of-N with the champion
+	PREFECT_HOME=$(PREFECT_HOME) $(PY) -m flows.pipeline --config configs/default.yaml --demo
+
+serve: install  ## start a Prefect server (SQLite under .orchrm/; PREFECT_API_URL for a team server) and serve the deployments
+	@mkdir -p .orchrm/incoming $(PREFECT_HOME)
+	@set -euo pipefail; export PREFECT_HOME=$(PREFECT_HOME); \
+	if [ -z "$${PREFECT_API_URL:-}" ]; then \
+	  export PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api; \
+	  $(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT) & server=$$!; \
+	  trap 'kill $$server 2>/dev/null' EXIT; \
+	fi; \
+	for i in $$(seq 120); do $(PY) -c "import httpx, os; httpx.get(os.environ['PREFECT_API_URL'] + '/health', timeout=2).raise_for_status()" 2>/dev/null && break; sleep 1; done; \
+	$(VENV)/bin/prefect work-pool inspect $(WORK_POOL) >/dev/null 2>&1 || $(VENV)/bin/prefect work-pool create $(WORK_POOL) --type process; \
+	$(VENV)/bin/prefect --no-prompt deploy --all; \
+	echo "Prefect UI: $${PREFECT_API_URL%/api}; new traces go to .orchrm/incoming; stop with Ctrl-C"; \
+	$(VENV)/bin/prefect worker start --pool $(WORK_POOL)
 
 test: install  ## run the test suite (offline, CPU)
 	$(PY) -m pytest -q
