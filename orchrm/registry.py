@@ -118,7 +118,7 @@ def _check_server_cached(uri: str) -> None:
         ) from None
 
 
-def _retrying(uri: str, fn: Callable[[], T], what: str) -> T:
+def with_server_retries(uri: str, fn: Callable[[], T], what: str) -> T:
     """``fn()``; against a tracking server, connection failures are retried (bounded) and then
     reported as :class:`RegistryError` naming ``what`` failed."""
     if not _is_remote(uri):
@@ -190,7 +190,7 @@ def configure(config: PipelineConfig) -> str:
             return exp.experiment_id
         return c.create_experiment(config.registry.experiment, artifact_location=artifact_root(config))
 
-    return _retrying(uri, get_or_create, f"creating experiment {config.registry.experiment!r}")
+    return with_server_retries(uri, get_or_create, f"creating experiment {config.registry.experiment!r}")
 
 
 def start_run(
@@ -209,14 +209,14 @@ def start_run(
     if parent_run_id:
         all_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
     uri = tracking_uri(config)
-    run = _retrying(uri, lambda: client(uri).create_run(experiment_id, run_name=name, tags=all_tags), f"starting run {name!r}")
+    run = with_server_retries(uri, lambda: client(uri).create_run(experiment_id, run_name=name, tags=all_tags), f"starting run {name!r}")
     return run.info.run_id
 
 
 def end_run(config: PipelineConfig, run_id: str, *, status: str = "FINISHED") -> None:
     """Mark ``run_id`` as ``FINISHED`` (or ``FAILED`` / ``KILLED``)."""
     uri = tracking_uri(config)
-    _retrying(uri, lambda: client(uri).set_terminated(run_id, status=status), f"ending run {run_id}")
+    with_server_retries(uri, lambda: client(uri).set_terminated(run_id, status=status), f"ending run {run_id}")
 
 
 @contextmanager
@@ -291,9 +291,9 @@ def _log_batch(uri: str, run_id: str, *, metrics: list | None = None, params: li
     c = client(uri)
     metrics, params = metrics or [], params or []
     for lo in range(0, len(params), 100):
-        _retrying(uri, lambda lo=lo: c.log_batch(run_id, params=params[lo : lo + 100]), what)
+        with_server_retries(uri, lambda lo=lo: c.log_batch(run_id, params=params[lo : lo + 100]), what)
     for lo in range(0, len(metrics), 1000):
-        _retrying(uri, lambda lo=lo: c.log_batch(run_id, metrics=metrics[lo : lo + 1000]), what)
+        with_server_retries(uri, lambda lo=lo: c.log_batch(run_id, metrics=metrics[lo : lo + 1000]), what)
 
 
 class MlflowCallback(TrainCallback):
@@ -348,7 +348,7 @@ class MlflowCallback(TrainCallback):
         }
         self._log(metrics=_metrics(values, prefix="train."))
         c = client(self.tracking_uri)
-        _retrying(self.tracking_uri, lambda: c.set_tag(self.run_id, "orchrm.data_hash", result.data_hash), "tagging the run")
+        with_server_retries(self.tracking_uri, lambda: c.set_tag(self.run_id, "orchrm.data_hash", result.data_hash), "tagging the run")
 
 
 def log_pairs_dataset(pairs: pd.DataFrame, *, run_id: str, source: str, name: str = "pairs", context: str = "training") -> str:
@@ -362,8 +362,8 @@ def log_pairs_dataset(pairs: pd.DataFrame, *, run_id: str, source: str, name: st
     uri = mlflow.get_tracking_uri()
     c = client(uri)
     entity = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
-    _retrying(uri, lambda: c.log_inputs(run_id, datasets=[entity]), f"logging the pairs dataset to run {run_id}")
-    _retrying(uri, lambda: c.set_tag(run_id, "orchrm.data_digest", dataset.digest), "tagging the run")
+    with_server_retries(uri, lambda: c.log_inputs(run_id, datasets=[entity]), f"logging the pairs dataset to run {run_id}")
+    with_server_retries(uri, lambda: c.set_tag(run_id, "orchrm.data_digest", dataset.digest), "tagging the run")
     return dataset.digest
 
 
@@ -380,9 +380,9 @@ def log_validation(report: Any, *, run_id: str, name: str) -> None:
         path = Path(path)
         if key == "data_docs":
             folder = path if path.is_dir() else path.parent
-            _retrying(uri, lambda f=folder: c.log_artifacts(run_id, str(f), f"{where}/data_docs"), "logging Data Docs")
+            with_server_retries(uri, lambda f=folder: c.log_artifacts(run_id, str(f), f"{where}/data_docs"), "logging Data Docs")
         elif path.is_file():
-            _retrying(uri, lambda p=path: c.log_artifact(run_id, str(p), where), "logging GX results")
+            with_server_retries(uri, lambda p=path: c.log_artifact(run_id, str(p), where), "logging GX results")
     values = {"success": float(report.success), "failures": len(report.failures), "warnings": len(report.warnings)}
     values.update({f"rows.{k}": v for k, v in dict(report.rows).items()})
     _log_batch(uri, run_id, metrics=_metrics(values, prefix=f"validation.{name}."), what="logging validation metrics")
@@ -404,9 +404,9 @@ def log_evaluation(report: EvaluationReport, *, run_id: str, champion_version: i
     _log_batch(uri, run_id, metrics=metrics, what=f"logging evaluation metrics to run {run_id}")
     with tempfile.TemporaryDirectory(prefix="orchrm-eval-") as tmp:
         report.write(tmp)
-        _retrying(uri, lambda: c.log_artifacts(run_id, tmp, "evaluation"), "logging evaluation files")
+        with_server_retries(uri, lambda: c.log_artifacts(run_id, tmp, "evaluation"), "logging evaluation files")
     if champion_version is not None:
-        _retrying(uri, lambda: c.set_tag(run_id, CHAMPION_EVALUATED_TAG, str(champion_version)), "tagging the run")
+        with_server_retries(uri, lambda: c.set_tag(run_id, CHAMPION_EVALUATED_TAG, str(champion_version)), "tagging the run")
 
 
 def _model_file(model_dir_or_file: str | os.PathLike) -> Path:
@@ -490,7 +490,7 @@ def log_model(model_dir_or_file: str | os.PathLike, *, run_id: str, config: Pipe
         )
         return info.model_uri
 
-    return _retrying(uri, do, f"logging the model to run {run_id}")
+    return with_server_retries(uri, do, f"logging the model to run {run_id}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,7 +532,7 @@ def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_di
         c.set_registered_model_alias(name, CHALLENGER, mv.version)
         return int(mv.version)
 
-    version = _retrying(uri, do, f"registering {model_uri} as {name!r}")
+    version = with_server_retries(uri, do, f"registering {model_uri} as {name!r}")
     log.info("registered %s version %d (%s), alias %s", name, version, verdict.label, CHALLENGER)
     return version
 
@@ -553,7 +553,7 @@ def alias_version(config: PipelineConfig, alias: str) -> int | None:
     uri = tracking_uri(config)
     c = client(uri)
     try:
-        mv = _retrying(uri, lambda: c.get_model_version_by_alias(config.registry.model_name, alias), "reading an alias")
+        mv = with_server_retries(uri, lambda: c.get_model_version_by_alias(config.registry.model_name, alias), "reading an alias")
     except MlflowException as exc:
         if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
             return None
@@ -582,7 +582,7 @@ def _get_version(version: int, config: PipelineConfig) -> Any:
     c = client(uri)
     name = config.registry.model_name
     try:
-        return _retrying(uri, lambda: c.get_model_version(name, str(version)), f"reading version {version}")
+        return with_server_retries(uri, lambda: c.get_model_version(name, str(version)), f"reading version {version}")
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
@@ -603,7 +603,7 @@ def regate(version: int, *, config: PipelineConfig) -> Verdict:
     if check is None or not mv.run_id:
         return stored_verdict(version, config=config)
     uri = tracking_uri(config)
-    run = _retrying(uri, lambda: client(uri).get_run(mv.run_id), f"reading run {mv.run_id}")
+    run = with_server_retries(uri, lambda: client(uri).get_run(mv.run_id), f"reading run {mv.run_id}")
     all_metrics = dict(run.data.metrics)
     metrics = {k: v for k, v in all_metrics.items() if not k.startswith(CHAMPION_PREFIX)}
     champion = {k.removeprefix(CHAMPION_PREFIX): v for k, v in all_metrics.items() if k.startswith(CHAMPION_PREFIX)}
@@ -649,7 +649,7 @@ def promote(version: int, *, config: PipelineConfig, verdict: Verdict | None = N
     c = client(uri)
     tags = {**verdict.tags(), VERDICT_TAG: json.dumps(verdict.to_dict())}
     for key, value in tags.items():
-        _retrying(uri, lambda k=key, v=value: c.set_model_version_tag(name, str(version), k, v), "tagging the version")
+        with_server_retries(uri, lambda k=key, v=value: c.set_model_version_tag(name, str(version), k, v), "tagging the version")
     if not verdict.passed:
         failed = "; ".join(f"{g.name}: {g.detail}" for g in verdict.failed()) or "no gate was evaluated"
         current = champion_version(config)
@@ -658,7 +658,7 @@ def promote(version: int, *, config: PipelineConfig, verdict: Verdict | None = N
     if champion_version(config) == version:
         log.info("%s version %d already is %s", name, version, CHAMPION)
         return True
-    _retrying(uri, lambda: c.set_registered_model_alias(name, CHAMPION, str(version)), "setting the champion alias")
+    with_server_retries(uri, lambda: c.set_registered_model_alias(name, CHAMPION, str(version)), "setting the champion alias")
     log.info("%s version %d is now %s", name, version, CHAMPION)
     return True
 

@@ -144,11 +144,11 @@ def _download(uri: str, tracking: str, dst: Path) -> Path:
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
-    from orchrm.registry import _retrying
+    from orchrm.registry import with_server_retries
 
     try:
         return Path(
-            _retrying(
+            with_server_retries(
                 tracking,
                 lambda: mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst), tracking_uri=tracking),
                 f"downloading {uri}",
