@@ -339,13 +339,24 @@ def test_accepts_row_dicts_and_planrun_like_objects():
     pd.testing.assert_frame_equal(PairwiseComparator().build_pairs([Run(rows[:1]), Run(rows[1:])]), expected)
 
 
-def test_missing_columns_and_orphan_nodes_are_refused():
+def test_missing_columns_and_non_final_orphan_nodes_are_refused():
     df = table(run(COT_SMALL, {"a1": 1.0}), run(COT_LARGE, {"a1": 0.0}))
     with pytest.raises(TraceSchemaError, match="lacks column.*quality"):
         build_pairs(df.drop(columns=["quality"]))
-    df.loc[0, "node_id"] = "zz"
+    two = table(run(PLANS["cot_then_reflexion"], {"a1": 1.0, "a2": 1.0}), run(PLANS["cot_then_sc"], {"a1": 0.0, "a2": 0.0}))
+    bad = two.copy()
+    bad.loc[0, "node_id"] = "zz"
+    assert not bad.loc[0, "is_final"]
     with pytest.raises(TraceSchemaError, match="not in their plan_text"):
-        build_pairs(df)
+        build_pairs(bad)
+    # a final reply written by a step after the plan (ingest keeps its own node id) counts in plan pairs only
+    both = build_pairs(two)
+    assert set(both.loc[both["granularity"] == "node", "prompt"]) == {Q, Q + "\n" + '<agent id="a1" type="CoT" model="small"/>'}
+    after = two.copy()
+    after.loc[after["is_final"], "node_id"] = "final"
+    pairs = build_pairs(after)
+    assert (pairs["granularity"] == "plan").sum() == 1
+    assert set(pairs.loc[pairs["granularity"] == "node", "prompt"]) == {Q}
 
 
 def test_free_form_plan_text_gives_plan_pairs_only():
