@@ -125,6 +125,72 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_model_arg(uri_or_path: str, config):
+    from orchrm.registry import configure
+    from orchrm.serving import load_reward_model
+
+    if uri_or_path.startswith(("models:/", "runs:/")):
+        configure(config)  # the registry of this config (MLFLOW_TRACKING_URI, else the data folder's store)
+    return load_reward_model(uri_or_path)
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.evaluation import CandidatePool, build_pool, check_gates, evaluate
+    from orchrm.traces import read_table
+
+    config = load_config(args.config)
+    model = _load_model_arg(args.model, config)
+    champion = _load_model_arg(args.champion, config) if args.champion else None
+    pool = CandidatePool.load(args.pool) if args.pool else build_pool(config, progress=not args.quiet)
+    report = evaluate(model, pairs=read_table(args.pairs), pool=pool, config=config.evaluate, champion=champion)
+    print(report.summary())
+    print()
+    print(check_gates(report.metrics, config.evaluate.gates, champion=report.champion_metrics))
+    if args.out:
+        files = report.write(args.out)
+        print(f"\nreport: {len(files)} files in {args.out}")
+    return 0
+
+
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.errors import PromotionRejected
+    from orchrm.registry import champion_version, promote, regate
+
+    config = load_config(args.config)
+    verdict = regate(args.version, config=config)
+    print(f"{config.registry.model_name} version {args.version}")
+    print(verdict)
+    try:
+        promote(args.version, config=config, verdict=verdict)
+    except PromotionRejected as exc:
+        print(f"orchrm promote: rejected: {exc}", file=sys.stderr)
+        return 1
+    print(f"champion: version {champion_version(config)}")
+    return 0
+
+
+def _cmd_rank(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.executor import MultiAgentExecutor
+    from orchrm.serving import TestTimeScalableOrchestrator
+    from orchrm.tasks.router import task_from_text
+
+    config = load_config(args.config)
+    model = _load_model_arg(args.model, config)
+    task = task_from_text(args.question, domain=None if args.domain == "auto" else args.domain)
+    orch = TestTimeScalableOrchestrator(
+        reward_model=model, num_candidates=args.n, executor=MultiAgentExecutor(orchestrator=args.orchestrator, seed=args.seed)
+    )
+    _, ranked, scoring_tokens = orch.rank(task)
+    print(f"{len(ranked)} candidate plans for [{task.domain}] {task.question}  (scoring read {scoring_tokens} tokens)")
+    for i, cand in enumerate(ranked, 1):
+        print(f"\n#{i}  reward {cand.score:+.4f}")
+        print("    " + cand.text.replace("\n", "\n    "))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchrm",
@@ -221,7 +287,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     earlier.add_argument("--overwrite", action="store_true", help="replace the model and checkpoints already in --out (default: refuse)")
     p.add_argument("--config", default=None, help="YAML config (model: and train: sections)")
-
     p.add_argument(
         "--mlflow-run-id", default=None,
         help="log params and per-step/per-epoch metrics to this MLflow run (at MLFLOW_TRACKING_URI); the pipeline passes its train run",
@@ -252,6 +317,53 @@ def build_parser() -> argparse.ArgumentParser:
         help="YAML config (default: configs/default.yaml when run from the project folder, else the built-in settings)",
     )
     p.add_argument("--out", default=None, help="output folder (default: <the config's data_dir>/demo)")
+
+    p = add(
+        "evaluate",
+        _cmd_evaluate,
+        "measure a reward model on held-out tasks and show its gate verdict",
+        "Evaluate --model on held-out pairs (rows of --pairs with split test) and on a candidate pool of fresh "
+        "tasks (evaluate.seed, never the collection seed): pairwise accuracy, calibration, best-of-N for every "
+        "selector with intervals and tokens, the gap to the expected-quality oracle it closes; then the verdict "
+        "of every gate. --model and --champion take a registry URI (models:/orchrm-reward@champion, "
+        "models:/orchrm-reward/3, models:/<model id>, runs:/...; the store is MLFLOW_TRACKING_URI, else the "
+        "config's registry) or a model file or folder. Nothing is registered: `orchrm pipeline` does that.",
+    )
+    p.add_argument("--model", required=True, help="the model to evaluate: URI or path")
+    p.add_argument("--pairs", required=True, help="pair table (Parquet/JSONL); its test split is the held-out set")
+    p.add_argument("--champion", default=None, help="a second model evaluated on the same pairs and pool (URI or path), for the beats-champion gate")
+    p.add_argument("--pool", default=None, help="a candidate pool saved by CandidatePool.save (default: build it from the config's evaluate section)")
+    p.add_argument("--out", default=None, help="write the report here: metrics.json, one CSV per table, PNG plots")
+    p.add_argument("--config", default=None, help="YAML config (evaluate: and registry: sections)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    p = add(
+        "promote",
+        _cmd_promote,
+        "make a registered version champion if its gates pass (idempotent)",
+        "Re-check the gates of version --version of the registered model from the metrics stored in its MLflow "
+        "run (the configured gates; the champion's metrics of the same run), print the verdict, and move the "
+        "alias champion to it when every gate passed. Rerunning on the champion changes nothing. Exits 1 naming "
+        "every failed gate when it is rejected; champion then stays where it was.",
+    )
+    p.add_argument("--version", type=positive_int, required=True, help="registered version number (see the MLflow UI or `orchrm pipeline` output)")
+    p.add_argument("--config", default=None, help="YAML config (registry: and evaluate.gates: sections)")
+
+    p = add(
+        "rank",
+        _cmd_rank,
+        "score candidate plans for a question, best first",
+        "Sample --n candidate plans for --question and print them ranked by the reward model's score (higher is "
+        "better); nothing is executed. --model takes a registry URI (e.g. models:/orchrm-reward@champion) or a "
+        "model file or folder.",
+    )
+    p.add_argument("--model", required=True, help="URI or path of the reward model")
+    p.add_argument("--question", required=True, help="the task text")
+    p.add_argument("--domain", choices=(*DOMAIN_CHOICES[:-1], "auto"), default="auto", help="the task's domain (default: routed from the text)")
+    p.add_argument("--n", type=positive_int, default=5, help="candidate plans (default: 5)")
+    p.add_argument("--orchestrator", choices=("default", "base", "specialized"), default="default", help="plan sampler (default: default)")
+    p.add_argument("--seed", type=seed_int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--config", default=None, help="YAML config (registry: section)")
     return parser
 
 
