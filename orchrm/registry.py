@@ -587,8 +587,8 @@ def _get_version(version: int, config: PipelineConfig) -> Any:
         if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
         raise RegistryError(
-            f"{name!r} has no version {version} in {uri}: list the versions with "
-            f"`mlflow models` / the MLflow UI, or check MLFLOW_TRACKING_URI points at the right store"
+            f"{name!r} has no version {version} in {uri}: see the versions in the MLflow UI "
+            f"(`mlflow ui --backend-store-uri {uri}`), or check MLFLOW_TRACKING_URI points at the right store"
         ) from None
 
 
