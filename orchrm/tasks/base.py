@@ -162,8 +162,8 @@ _builtins_loaded = False
 
 
 def _load_builtin_domains() -> None:
-    """Import the built-in domain modules once; each registers its sources and heuristic
-    (nothing else runs at their import)."""
+    """Import the built-in domain modules once; each registers its sources, heuristic and text
+    parser (nothing else runs at their import)."""
     global _builtins_loaded
     if _builtins_loaded:
         return

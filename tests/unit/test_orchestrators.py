@@ -100,11 +100,11 @@ def test_each_builtin_domain_declares_the_heuristic_the_specialized_sampler_read
 def test_a_users_domain_declares_its_heuristic_and_the_specialized_sampler_follows_it():
     from orchrm.tasks import DomainHeuristic, register_heuristic
 
-    desk = Task("desk-1", "support-desk", "My invoice shows a charge I did not make.")
+    desk = Task("desk-1", "heuristic-test-desk", "My invoice shows a charge I did not make.")
     before = SpecializedSampler(temperature=0.0).sample(desk, 4, random.Random(0))
     assert before == BaseSampler().sample(desk, 48, random.Random(0))[:4]  # no heuristic: the prior's first draws
     register_heuristic(
-        "support-desk",
+        "heuristic-test-desk",
         DomainHeuristic(features=lambda q: {"billing": float("invoice" in q)},
                         score=lambda f, plan: f["billing"] * ("WebSearch" in plan.render())),
     )
