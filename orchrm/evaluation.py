@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -33,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from orchrm.config import EvaluateConfig, GatesConfig, PipelineConfig
-from orchrm.errors import ConfigError, DataQualityError
+from orchrm.errors import CollectionError, ConfigError, DataQualityError
 from orchrm.fileio import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -438,11 +439,18 @@ def build_pool(
                 results.append(_pool_rows(c, **kwargs))
                 bar.update(len(c))
         else:
-            with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
-                futures = [pool.submit(_pool_rows, c, **kwargs) for c in chunks]
-                for fut, c in zip(futures, chunks, strict=True):
-                    results.append(fut.result())
-                    bar.update(len(c))
+            try:
+                with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
+                    futures = [pool.submit(_pool_rows, c, **kwargs) for c in chunks]
+                    for fut, c in zip(futures, chunks, strict=True):
+                        results.append(fut.result())
+                        bar.update(len(c))
+            except BrokenProcessPool:
+                raise CollectionError(
+                    f"a worker process building the evaluation pool died ({workers} workers). Called from a script? "
+                    "Worker processes start fresh and import the script again: put the call under "
+                    '`if __name__ == "__main__":`. Otherwise it may have run out of memory: pass workers=1'
+                ) from None
     finally:
         bar.close()
     frame = pd.DataFrame([r for rows in results for r in rows], columns=list(POOL_COLUMNS))
