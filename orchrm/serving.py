@@ -140,27 +140,49 @@ def load_reward_model(uri_or_path: str | os.PathLike, *, tracking_uri: str | Non
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _artifact_location(uri: str, client: Any) -> str:
+    """Where the files of a ``models:/`` URI live, resolved through ``client`` (its own tracking
+    and registry URI: MLflow's URI resolution would read the process-wide registry instead)."""
+    rest = uri.removeprefix("models:/").rstrip("/")
+    if "@" in rest:
+        name, alias = rest.split("@", 1)
+        version = client.get_model_version_by_alias(name, alias).version
+        return client.get_model_version_download_uri(name, version)
+    if "/" in rest:
+        name, version = rest.split("/", 1)
+        return client.get_model_version_download_uri(name, version)
+    return client.get_logged_model(rest).artifact_location
+
+
 def _download(uri: str, tracking: str, dst: Path) -> Path:
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
-    from orchrm.registry import with_server_retries
+    from orchrm.registry import client, with_server_retries
 
+    location = uri
+    if uri.startswith("models:/"):
+        try:
+            location = with_server_retries(tracking, lambda: _artifact_location(uri, client(tracking)), f"resolving {uri}")
+        except MlflowException as exc:
+            raise RegistryError(_describe_uri_error(uri, exc, tracking)) from None
     try:
-        return Path(
-            with_server_retries(
-                tracking,
-                lambda: mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst), tracking_uri=tracking),
-                f"downloading {uri}",
-            )
-        )
+        fetch = lambda: mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=str(dst), tracking_uri=tracking)  # noqa: E731
+        return Path(with_server_retries(tracking, fetch, f"downloading {uri}"))
     except MlflowException as exc:
-        raise RegistryError(_describe_uri_error(uri, exc, tracking)) from None
+        if location == uri and "RESOURCE_DOES_NOT_EXIST" in str(exc.error_code):
+            raise RegistryError(_describe_uri_error(uri, exc, tracking)) from None
+        raise RegistryError(_gone(uri, location, exc)) from None
     except OSError as exc:
-        raise RegistryError(
-            f"{uri}: its files are gone from the artifact store ({exc}). The version is registered but its "
-            "model cannot be downloaded: re-log and register the model, or load another version"
-        ) from None
+        raise RegistryError(_gone(uri, location, exc)) from None
+
+
+def _gone(uri: str, location: str, exc: Exception) -> str:
+    return (
+        f"{uri}: its files are gone from the artifact store ({location}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}). "
+        "The version is registered but its model cannot be downloaded: re-log and register the model "
+        "(orchrm.registry.log_model / register_candidate), or load another version"
+    )
 
 
 def _as_model(reward_model: BradleyTerryModel | str | os.PathLike) -> BradleyTerryModel:

@@ -291,3 +291,37 @@ def test_loading_imports_neither_the_sandbox_nor_the_task_suites(store):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------------------------
+# the CLI
+
+
+def cli_config(store: Store, tmp_path: Path) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"data_dir: {store.config.data_dir}\n")
+    return str(path)
+
+
+def test_cli_promote_rechecks_and_is_idempotent(store, tmp_path, capsys):
+    from orchrm.cli import main
+
+    config = cli_config(store, tmp_path)
+    assert main(["promote", "--version", str(store.good_version), "--config", config]) == 0
+    assert "verdict: promoted" in capsys.readouterr().out
+    assert main(["promote", "--version", str(store.weak_version), "--config", config]) == 1
+    captured = capsys.readouterr()
+    assert "verdict: rejected" in captured.out and "champion stays at version 1" in captured.err
+    assert registry.champion_version(store.config) == store.good_version
+
+
+def test_cli_rank_prints_the_candidates_best_first(store, tmp_path, capsys):
+    from orchrm.cli import main
+
+    question = "Mia has 12 apples and buys 30 more. How many apples does Mia have now?"
+    args = ["rank", "--model", "models:/orchrm-reward@champion", "--domain", "math", "--question", question, "--n", "4",
+            "--config", cli_config(store, tmp_path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    scores = [float(line.split("reward ")[1]) for line in out.splitlines() if line.startswith("#")]
+    assert len(scores) == 4 and scores == sorted(scores, reverse=True)
