@@ -34,13 +34,6 @@ def _artifacts(key: str):
         return client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
 
 
-def _task_run_states(prefix: str) -> list[str]:
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        return [r.state.name for r in client.read_task_runs() if r.name.startswith(prefix) and r.state is not None]
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A data folder where one pipeline run has happened; its config path and result."""
@@ -92,8 +85,6 @@ def test_a_crash_in_training_registers_nothing_and_the_next_run_completes(store,
     result = orchrm_pipeline(str(path))
     assert result.registered.version == before[-1] + 1
     assert result.status in ("promoted", "rejected")
-    # the collection was not repeated: Prefect served it from the cache keyed on its inputs
-    assert "Cached" in _task_run_states("collect")
 
 
 def test_a_failed_gate_completes_with_verdict_rejected_and_champion_untouched(store):
