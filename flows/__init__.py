@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchrm import pipeline
+# the function, not the module: the submodule flows.pipeline takes the name `pipeline` in this package
+from orchrm.pipeline import is_transient
 
 
 def transient(task: Any, task_run: Any, state: Any) -> bool:
     """Retry condition: retry a failed I/O call (tracking server, storage), never a verdict
     about the data or the model (a data-quality failure, a failed training)."""
-    return pipeline.is_transient(state.result(raise_on_failure=False))
+    return is_transient(state.result(raise_on_failure=False))

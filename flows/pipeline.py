@@ -78,7 +78,11 @@ def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None,
     evaluate, gate, register, promote. Fails on bad data or a failed training; completes with
     verdict ``rejected`` when a gate fails (``champion`` untouched)."""
     cfg = load_config(config)
-    result = run_stages.with_options(task_runner=task_runner(cfg))(cfg, traces_dir=traces_dir, run_dir=run_dir)
+    try:
+        result = run_stages.with_options(task_runner=task_runner(cfg))(cfg, traces_dir=traces_dir, run_dir=run_dir)
+    except Exception as exc:
+        create_markdown_artifact(key="orchrm-pipeline-report", markdown=pipeline.failure_markdown(exc), description=f"failed: {type(exc).__name__}")
+        raise
     publish(result, cfg)
     return result
 

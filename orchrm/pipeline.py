@@ -765,8 +765,9 @@ def reevaluate_champion(
     run_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> Reevaluation:
-    """Evaluate ``champion`` again on fresh held-out tasks (``seed``, default: one per ISO week)
-    and check its gates (no champion to beat: it is the champion). Logs a ``reevaluate`` run
+    """Evaluate ``champion`` again on a fresh held-out pool (``seed``, default: one per ISO week)
+    and the held-out pairs of the run that trained it, and check its gates (no champion to beat:
+    it is the champion). Logs a ``reevaluate`` run
     tagged with the version; promotes and demotes nothing."""
     from orchrm import registry
 
@@ -784,9 +785,10 @@ def reevaluate_champion(
     out = Path(run_dir).resolve() if run_dir is not None else new_run_dir(config, "reevaluate")
     parent = registry.start_run(fresh, "reevaluate", tags={"champion_version": str(champion), "evaluate.seed": str(seed)})
     try:
+        pairs = champion_pairs(config, champion)
         pool = _call(stages.build_pool, evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=code_version(), progress=progress)
-        say(f"fresh held-out pool: {pool.tasks} tasks (seed {seed})")
-        evaluation = _call(stages.evaluate, None, None, pool, config=fresh, out_dir=str(out), parent_run_id=parent)
+        say(f"fresh held-out pool: {pool.tasks} tasks (seed {seed}); held-out pairs of the champion's run: {pairs.path}")
+        evaluation = _call(stages.evaluate, None, pairs, pool, config=fresh, out_dir=str(out), parent_run_id=parent)
         say(evaluation.summary)
         gates = config.evaluate.gates.model_copy(update={"beat_champion": False})
         verdict = _call(stages.gate, evaluation, gates)
@@ -800,6 +802,27 @@ def reevaluate_champion(
     message = f"champion version {champion} on {pool.tasks} fresh held-out tasks (seed {seed}) {state}"
     say(message)
     return Reevaluation(champion_version=champion, pool=pool, evaluation=evaluation, verdict=verdict, message=message)
+
+
+def champion_pairs(config: PipelineConfig, version: int) -> Pairs:
+    """The pair table of the pipeline run that registered ``version`` (its held-out split is what
+    the pairwise figures are measured on); the run's folder is a tag of its MLflow parent run."""
+    from orchrm import registry
+    from orchrm.traces import read_table
+
+    client = _client(config)
+    run_id = registry.version_info(version, config=config)["run_id"]
+    parent = client.get_run(run_id).data.tags.get("mlflow.parentRunId")
+    run_dir = client.get_run(parent).data.tags.get("orchrm.run_dir") if parent else None
+    path = Path(run_dir) / "pairs.parquet" if run_dir else None
+    if path is None or not path.is_file():
+        raise RegistryError(
+            f"the pairs of version {version}'s pipeline run are not at {path}: re-evaluate on the machine that trained it, "
+            "or run the pipeline again to get a champion whose run folder is here"
+        )
+    df = read_table(path)
+    splits = {str(k): int(v) for k, v in df.split.value_counts().sort_index().items()}
+    return Pairs(path=path, rows=len(df), splits=splits, digest="", run_id=run_id)
 
 
 def weekly_seed(config: PipelineConfig, when: datetime | None = None) -> int:
@@ -834,6 +857,14 @@ def report_markdown(result: PipelineResult) -> str:
     if result.seconds:
         lines += ["## Stage times (s)", "", "| stage | seconds |", "|---|---|"] + [f"| {k} | {v:.1f} |" for k, v in result.seconds.items()]
     return "\n".join(lines)
+
+
+def failure_markdown(exc: BaseException) -> str:
+    """The report of a run that stopped: which stage's error, and its message (a data-quality
+    failure lists every failed expectation with example rows)."""
+    verdicts = {DataQualityError: "bad data: nothing was trained or registered", TrainingError: "training failed: nothing was registered"}
+    what = next((v for k, v in verdicts.items() if isinstance(exc, k)), "the run stopped: nothing was registered")
+    return "\n".join([f"# OrchRM pipeline: failed ({type(exc).__name__})", "", what, "", "```", str(exc), "```"])
 
 
 def reevaluation_markdown(result: Reevaluation) -> str:

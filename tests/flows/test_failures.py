@@ -31,6 +31,13 @@ def test_a_data_quality_failure_fails_the_flow_and_names_the_expectation(tmp_pat
     config = write_config(tmp_path)
     with pytest.raises(DataQualityError, match=r"(?s)artifact_id_unique.*a1"):
         orchrm_pipeline(str(config), traces_dir=str(traces))
+    # the run's report says the same
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        reports = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["orchrm-pipeline-report"])))
+    assert any("DataQualityError" in (r.description or "") and "artifact_id_unique" in r.data for r in reports)
 
 
 def test_a_night_without_new_traces_ends_early_and_says_so(tmp_path):
