@@ -219,7 +219,7 @@ def test_the_champion_loads_by_alias_and_scores_exactly_as_the_trained_model(sto
     for uri in ("models:/orchrm-reward@champion", f"models:/orchrm-reward/{store.good_version}", store.good_uri, str(store.good_file)):
         model = load_reward_model(uri, tracking_uri=registry.tracking_uri(store.config))
         assert torch.equal(model.score(prompts, actions), expected), uri
-    assert not torch.equal(load_reward_model("models:/orchrm-reward@challenger", tracking_uri=registry.tracking_uri(store.config)).score(prompts, actions), expected)
+    assert not torch.equal(load_reward_model(f"models:/orchrm-reward/{store.weak_version}", tracking_uri=registry.tracking_uri(store.config)).score(prompts, actions), expected)
 
 
 def test_pyfunc_predict_on_a_dataframe_equals_model_score(store):
@@ -325,3 +325,48 @@ def test_cli_rank_prints_the_candidates_best_first(store, tmp_path, capsys):
     out = capsys.readouterr().out
     scores = [float(line.split("reward ")[1]) for line in out.splitlines() if line.startswith("#")]
     assert len(scores) == 4 and scores == sorted(scores, reverse=True)
+
+
+# --------------------------------------------------------------------------------------------
+# promote re-checks the gates from the run
+
+
+def gate_metrics(*, rm: float, random: float = 0.5, cost_only: float = 0.55) -> dict[str, float]:
+    """The flat metrics check_gates reads (what log_evaluation stores for a candidate)."""
+    return {"pairwise_accuracy": 0.8, "best_of_8.reward_model": rm, "best_of_8.random": random,
+            "best_of_8.cost_only": cost_only, "scoring_latency_ms_p50": 10.0}
+
+
+def candidate_with_metrics(store: Store, tmp_path: Path, metrics: dict, *, champion: dict | None = None,
+                           champion_version: int | None = None) -> int:
+    """A version whose run holds ``metrics`` (and the champion's, as log_evaluation writes them),
+    registered with a verdict that passed."""
+    config = store.config
+    uri = registry.tracking_uri(config)
+    run_id = registry.start_run(config, "candidate-regate")
+    registry._log_batch(uri, run_id, metrics=registry._metrics(metrics), what="test")
+    if champion:
+        registry._log_batch(uri, run_id, metrics=registry._metrics(champion, prefix=registry.CHAMPION_PREFIX), what="test")
+    if champion_version is not None:
+        registry.client(uri).set_tag(run_id, registry.CHAMPION_EVALUATED_TAG, str(champion_version))
+    model_uri = registry.log_model(store.good.save(tmp_path / "model.safetensors"), run_id=run_id, config=config)
+    return registry.register_candidate(model_uri, run_id=run_id, verdict=store.good_verdict, data_digest=store.digest, config=config)
+
+
+def test_promote_rechecks_the_gates_from_the_metrics_stored_in_the_run(store, tmp_path):
+    # registered with a passing verdict, but its run says best-of-8 gains nothing over a random plan
+    version = candidate_with_metrics(store, tmp_path, gate_metrics(rm=0.5), champion=gate_metrics(rm=0.45),
+                                     champion_version=store.good_version)
+    with pytest.raises(PromotionRejected, match=rf"version {version} .*best_of_n_gain: .*champion stays at version 1"):
+        registry.promote(version, config=store.config)
+    tags = registry.version_info(version, config=store.config)["tags"]
+    assert tags["verdict"] == "rejected" and tags["gate.best_of_n_gain"].startswith("fail: ")
+    assert registry.champion_version(store.config) == store.good_version
+
+
+def test_promote_refuses_a_candidate_compared_with_a_champion_that_has_since_changed(store, tmp_path):
+    # it beat "no champion" when evaluated; the champion is v1 now, which it never met
+    version = candidate_with_metrics(store, tmp_path, gate_metrics(rm=0.9))
+    with pytest.raises(PromotionRejected, match=r"beats_champion: the champion is now v1 but this candidate was evaluated against no champion"):
+        registry.promote(version, config=store.config)
+    assert registry.champion_version(store.config) == store.good_version
