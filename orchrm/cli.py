@@ -273,13 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="scratch (a small BERT trained from scratch, its tokenizer fitted on the pairs) | minilm "
         "(all-MiniLM-L6-v2, offline) | a local Hugging Face model directory (default: the config's, scratch)",
     )
-    p.add_argument("--epochs", type=positive_int, default=None, help="at most this many epochs; early stopping may end sooner (default: the config's, 10)")
+    p.add_argument("--epochs", type=positive_int, default=None, help="at most this many epochs; early stopping may end sooner (default: the config's, 20)")
     p.add_argument(
         "--batch-size", type=positive_int, default=None,
         help="pairs per optimiser step, per process under torchrun; a task's pairs stay next to each other "
         "(default: the config's, 32)",
     )
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate of AdamW (default: the config's, 1e-4)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate of AdamW (default: the config's, else the model's, 3e-4)")
     earlier = p.add_mutually_exclusive_group()
     earlier.add_argument(
         "--resume", action="store_true",

@@ -102,7 +102,7 @@ def _model_config(config: ModelConfig | None, fields: dict[str, Any]) -> ModelCo
 class BradleyTerryModel(nn.Module):
     """Reward model R(prompt, action) -> float (DESIGN §6).
 
-    ``BradleyTerryModel(encoder="scratch", hidden_dim=256, num_layers=3, lr=1e-4, **fields)`` where
+    ``BradleyTerryModel(encoder="scratch", hidden_dim=256, num_layers=3, lr=3e-4, **fields)`` where
     ``fields`` are the other :class:`ModelConfig` fields (``architecture``, ``max_length``,
     ``train_layers``, ...), or ``BradleyTerryModel(config=ModelConfig(...))``. ``lr`` is the
     :class:`~orchrm.train.Trainer`'s default learning rate for this model.
@@ -117,7 +117,7 @@ class BradleyTerryModel(nn.Module):
         encoder: str = "scratch",
         hidden_dim: int = 256,
         num_layers: int = 3,
-        lr: float = 1e-4,
+        lr: float = 3e-4,
         *,
         config: ModelConfig | None = None,
         **fields: Any,

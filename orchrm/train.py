@@ -664,7 +664,8 @@ def fit(
     """Build a model from ``model_config`` (or take ``model``) and train it; ``result.model`` holds it."""
     train_config = train_config or TrainConfig()
     if model is None:
-        model = BradleyTerryModel(config=model_config or ModelConfig(), lr=train_config.lr or 1e-4)
+        # no lr given: the model's default, the one BradleyTerryModel() + Trainer train at
+        model = BradleyTerryModel(config=model_config or ModelConfig(), **({"lr": train_config.lr} if train_config.lr else {}))
     trainer = Trainer(
         model, config=train_config, checkpoint_dir=checkpoint_dir, callbacks=callbacks, device=device, progress=progress
     )
