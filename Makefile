@@ -28,9 +28,12 @@ $(VENV)/.installed: pyproject.toml scripts/install_torch.sh
 PREFECT_HOME ?= $(abspath .orchrm/prefect)
 PREFECT_PORT ?= 4200
 WORK_POOL ?= orchrm
+# Prefect's temporary API gives up after 20 s by default; a busy 2-core machine can take longer
+PREFECT_STARTUP_TIMEOUT ?= 120
 
 demo: install  ## run the pipeline as the Prefect flow on the embedded defaults, then best-of-N with the champion
-	PREFECT_HOME=$(PREFECT_HOME) $(PY) -m flows.pipeline --config configs/default.yaml --demo
+	PREFECT_HOME=$(PREFECT_HOME) PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=$(PREFECT_STARTUP_TIMEOUT) \
+	  $(PY) -m flows.pipeline --config configs/default.yaml --demo
 
 serve: install  ## start a Prefect server (SQLite under .orchrm/; PREFECT_API_URL for a team server) and serve the deployments
 	@mkdir -p .orchrm/incoming $(PREFECT_HOME)
