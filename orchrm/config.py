@@ -189,13 +189,17 @@ class TrainConfig(_Frozen):
 
 class GatesConfig(_Frozen):
     """Promotion gates (DESIGN §7): a candidate becomes ``champion`` only when every enabled gate
-    passes. Each default protects against one way a model can look good and be useless."""
+    passes. Each default protects against one way a model can look good and be useless. The
+    best-of-N gates read the expected quality of each selector's pick where the pool measured it
+    (``repeats`` > 0: less luck than one realised draw), else the realised quality; see
+    :func:`orchrm.evaluation.check_gates`."""
 
     #: held-out pairwise accuracy (all granularities); below it the model barely ranks
     min_pairwise_accuracy: float = Field(0.6, ge=0.0, le=1.0)
     #: N at which best-of-N gates are read
     best_of: int = Field(8, ge=2)
-    #: best-of-``best_of`` mean quality minus N = 1 (a random plan), in quality points (0-1 scale)
+    #: reward-model best-of-``best_of`` quality minus a random plan (the mean over the same N
+    #: candidates), in quality points (0-1 scale); below it choosing plans buys nothing
     min_best_of_n_gain: float = Field(0.02, ge=-1.0, le=1.0)
     #: RM best-of-N must beat always-the-priciest-plan (else it learned only "spend more")
     beat_cost_only: bool = True
@@ -217,7 +221,8 @@ class EvaluateConfig(_Frozen):
     best_of: tuple[int, ...] = (1, 2, 4, 8, 16)
     #: candidate pools drawn (execution seeds); their spread is reported beside the task interval
     pool_seeds: tuple[int, ...] = (0, 1, 2)
-    #: re-runs per candidate for the expected-quality oracle (0 = skip the oracle)
+    #: re-runs per candidate for its expected quality and cost (the expected-quality oracle, the
+    #: gap closed, the cost-only selector); 0 = none: the mean over the pool seeds' executions
     repeats: int = Field(10, ge=0)
     #: seed of the held-out tasks; must differ from collect.seed
     seed: int = Field(2026, ge=0)
@@ -233,6 +238,16 @@ class EvaluateConfig(_Frozen):
         if not value or min(value) < 0:
             raise ValueError("give at least one value, each >= 0")
         return tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _enough_candidates(self) -> EvaluateConfig:
+        largest = max(*self.best_of, self.gates.best_of)
+        if min(self.best_of) < 1 or largest > self.candidates:
+            raise ValueError(
+                f"best-of-N needs 1 <= N <= candidates ({self.candidates}); best_of {list(self.best_of)} and "
+                f"gates.best_of {self.gates.best_of} do not fit: raise candidates or lower N"
+            )
+        return self
 
 
 class RegistryConfig(_Frozen):
