@@ -1,0 +1,211 @@
+"""Serving from the registry: what loading the champion costs, and what the pyfunc adds to scoring.
+
+Two measurements (issue 15), written to ``benchmarks/results/registry.json`` and ``registry.md``:
+
+1. **Cold start**: a fresh Python process imports OrchRM, loads ``models:/orchrm-reward@champion``
+   from a SQLite registry and scores the first 8 candidate plans of one question. Timed from
+   outside (process start to exit) and inside (import, load, first score). Median of ``--cold``
+   processes.
+2. **Pyfunc throughput**: the registered MLflow pyfunc's ``predict`` on a DataFrame of 10,000
+   (prompt, action) rows, beside ``model.score`` on the same rows in the same process (calls
+   alternating, best of ``--reps``). Target: the pyfunc within 1.2x of ``model.score``.
+
+The model is the default architecture (``configs/default.yaml``'s model section) with its tokenizer
+fitted on the benchmark's texts and untrained weights: speed does not depend on the weights. The
+candidates are plans the base orchestrator samples for the built-in tasks.
+
+Run niced on a shared machine::
+
+    nice python benchmarks/bench_registry.py         # writes results/registry.{json,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from orchrm.offline import apply_offline_env  # noqa: E402
+
+apply_offline_env()  # telemetry off, no downloads, before MLflow and transformers read them
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_latency import questions_with_plans  # noqa: E402
+from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).parent / "results"
+ROWS = 10_000
+COLD_CANDIDATES = 8
+TARGET_RATIO = 1.2
+
+# run in a fresh interpreter: the cold start of a process that serves the champion
+COLD = """
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+torch.set_num_threads({threads})
+from orchrm import load_reward_model
+import transformers.models.bert.modeling_bert  # the scratch encoder's modules, imported when it is built
+t1 = time.perf_counter()
+import mlflow.artifacts, mlflow.tracking  # what loading from the registry imports first
+t15 = time.perf_counter()
+model = load_reward_model("models:/orchrm-reward@champion", tracking_uri={uri!r})
+t2 = time.perf_counter()
+case = json.loads(sys.stdin.read())
+rewards = model.score(case["question"], case["plans"])
+t3 = time.perf_counter()
+print(json.dumps({{"import_s": t1 - t0, "mlflow_import_s": t15 - t1, "load_s": t2 - t15, "score_s": t3 - t2,
+                  "n": len(rewards)}}))
+"""
+
+
+def registry_with_champion(root: Path, model) -> tuple[str, str]:
+    """A SQLite registry under ``root`` whose champion is ``model``; returns (tracking URI, model URI)."""
+    from orchrm import registry
+    from orchrm.config import PipelineConfig
+    from orchrm.evaluation import GateResult, Verdict
+
+    config = PipelineConfig(data_dir=str(root / "data"))
+    registry.configure(config)
+    run_id = registry.start_run(config, "bench-registry")
+    file = model.save(root / "model" / "model.safetensors")
+    uri = registry.log_model(file, run_id=run_id, config=config)
+    verdict = Verdict((GateResult("benchmark", True, None, None, "a benchmark's model, not evaluated"),))
+    version = registry.register_candidate(uri, run_id=run_id, verdict=verdict, data_digest="benchmark", config=config)
+    registry.promote(version, config=config)
+    registry.end_run(config, run_id)
+    return registry.tracking_uri(config), uri
+
+
+def cold_start(uri: str, case: dict, threads: int) -> dict:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", COLD.format(uri=uri, threads=threads)], input=json.dumps(case),
+                          capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"cold-start process failed:\n{done.stderr[-3000:]}")
+    inner = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"wall_s": wall, **inner}
+
+
+def runs(colds: list[dict], key: str, digits: int = 2) -> str:
+    return ", ".join(f"{c[key]:.{digits}f}" for c in colds)
+
+
+def best_of(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=3, help="built-in tasks per domain for the candidates (default 3)")
+    ap.add_argument("--cold", type=int, default=3, help="cold-start processes (default 3)")
+    ap.add_argument("--reps", type=int, default=3, help="timed calls of each scorer on the 10,000 rows (default 3)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    import mlflow.pyfunc
+    import pandas as pd
+
+    from orchrm import BradleyTerryModel
+    from orchrm.config import load_config
+
+    cases = questions_with_plans(args.tasks, 64, seed=7)
+    model = BradleyTerryModel(config=load_config(ROOT / "configs" / "default.yaml").model)
+    model.fit_tokenizer([q for q, _ in cases] + [p for _, plans in cases for p in plans])
+    model.eval()
+    prompts = [q for q, plans in cases for _ in plans]
+    actions = [p for _, plans in cases for p in plans]
+    reps = -(-ROWS // len(actions))
+    frame = pd.DataFrame({"prompt": (prompts * reps)[:ROWS], "action": (actions * reps)[:ROWS]})
+
+    with tempfile.TemporaryDirectory(prefix="bench-registry-") as tmp:
+        uri, model_uri = registry_with_champion(Path(tmp), model)
+        question, plans = cases[0]
+        case = {"question": question, "plans": plans[:COLD_CANDIDATES]}
+        colds = []
+        for i in range(args.cold):
+            colds.append(cold_start(uri, case, args.threads))
+            print(f"cold start {i + 1}: {colds[-1]['wall_s']:.2f} s", file=sys.stderr)
+
+        mlflow.set_tracking_uri(uri)
+        pyfunc = mlflow.pyfunc.load_model("models:/orchrm-reward@champion")
+        p_list, a_list = frame["prompt"].tolist(), frame["action"].tolist()
+        same = (pyfunc.predict(frame)["reward"].to_numpy() == model.score(p_list, a_list).numpy()).all()
+        score_s, pyfunc_s = [], []
+        for _ in range(args.reps):  # alternating, so load changes hit both alike
+            score_s.append(best_of(lambda: model.score(p_list, a_list), 1))
+            pyfunc_s.append(best_of(lambda: pyfunc.predict(frame), 1))
+            print(f"model.score {score_s[-1]:.2f} s, pyfunc {pyfunc_s[-1]:.2f} s", file=sys.stderr)
+
+    med = {k: statistics.median(c[k] for c in colds) for k in ("wall_s", "import_s", "mlflow_import_s", "load_s", "score_s")}
+    ratio = min(pyfunc_s) / min(score_s)
+    met = ratio <= TARGET_RATIO
+    cfg = model.config
+    name = f"default ({cfg.encoder} {cfg.hidden_dim}x{cfg.num_layers}, {cfg.architecture})"
+    threads = torch.get_num_threads()
+    write_json(args.out / "registry.json", {
+        "benchmark": "loading the champion from the registry (cold process) and the pyfunc's scoring throughput",
+        "machine": machine(torch=torch.__version__, torch_threads=threads, mlflow=mlflow.__version__),
+        "model": name,
+        "cold_start": {"candidates": COLD_CANDIDATES, "processes": colds, "median": med},
+        "throughput": {
+            "rows": ROWS, "distinct_prompts": len(cases), "model_score_s": score_s, "pyfunc_s": pyfunc_s,
+            "model_score_rows_per_s": ROWS / min(score_s), "pyfunc_rows_per_s": ROWS / min(pyfunc_s),
+            "pyfunc_over_score": ratio, "identical_rewards": bool(same),
+        },
+        "target": {"pyfunc_over_score": TARGET_RATIO, "met": met},
+    })
+    lines = [
+        "# Serving from the registry: cold load of the champion, pyfunc throughput",
+        "",
+        f"Model: {name}, untrained weights (speed does not depend on them); PyTorch on {threads} thread(s). "
+        f"Machine: {os.cpu_count()} CPUs ({cpu_model()}), shared with other jobs (load average at the end "
+        f"{os.getloadavg()[0]:.1f}). Command: `python benchmarks/bench_registry.py`.",
+        "",
+        f"## Cold start: new process, `load_reward_model(\"models:/orchrm-reward@champion\")` (SQLite registry), "
+        f"score {COLD_CANDIDATES} candidates",
+        "",
+        "| | median s | runs |",
+        "|---|---:|---|",
+        f"| process start to exit | {med['wall_s']:.2f} | {runs(colds, 'wall_s')} |",
+        f"| import torch, transformers' BERT, orchrm | {med['import_s']:.2f} | {runs(colds, 'import_s')} |",
+        f"| import mlflow | {med['mlflow_import_s']:.2f} | {runs(colds, 'mlflow_import_s')} |",
+        f"| open the store, resolve the alias, download, load the model | {med['load_s']:.2f} | {runs(colds, 'load_s')} |",
+        f"| first score of {COLD_CANDIDATES} plans | {med['score_s']:.3f} | {runs(colds, 'score_s', 3)} |",
+        "",
+        f"## Throughput on {ROWS:,} (prompt, action) rows ({len(cases)} distinct questions, their sampled plans)",
+        "",
+        "| scorer | best s | rows/s | calls (s) |",
+        "|---|---:|---:|---|",
+        f"| `model.score(prompts, actions)` | {min(score_s):.2f} | {ROWS / min(score_s):,.0f} | {', '.join(f'{s:.2f}' for s in score_s)} |",
+        f"| `pyfunc.predict(DataFrame)` (`mlflow.pyfunc.load_model`) | {min(pyfunc_s):.2f} | {ROWS / min(pyfunc_s):,.0f} | {', '.join(f'{s:.2f}' for s in pyfunc_s)} |",
+        "",
+        f"Pyfunc / model.score = {ratio:.3f}x (target <= {TARGET_RATIO}x: {'met' if met else 'not met'}); "
+        f"rewards identical: {'yes' if same else 'no'}.",
+    ]
+    write_text(args.out / "registry.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
