@@ -32,6 +32,7 @@ WORK_POOL ?= orchrm
 PREFECT_STARTUP_TIMEOUT ?= 120
 
 demo: install  ## run the pipeline as the Prefect flow on the embedded defaults, then best-of-N with the champion
+	@mkdir -p $(PREFECT_HOME)
 	PREFECT_HOME=$(PREFECT_HOME) PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=$(PREFECT_STARTUP_TIMEOUT) \
 	  $(PY) -m flows.pipeline --config configs/default.yaml --demo
 
