@@ -696,17 +696,14 @@ def run_pipeline(
         with clock.stage("validate-pairs", "4/8 validate pairs (Great Expectations)"):
             checked = _call(stages.validate_pairs, pairs, artifacts, config=config, out_dir=str(out), parent_run_id=parent)
             say(f"passed on {checked.rows} rows" + (f"; warnings: {', '.join(checked.warnings)}" if checked.warnings else ""))
-        # the held-out pool depends on nothing upstream: under a task runner it builds while the
-        # model trains (started only now, so that bad data stops the run before any of it)
-        pool_future = _submit(
-            stages.build_pool, config.evaluate, config.collect, config.sandbox, data_dir=data_dir, code_version=version, progress=progress
-        )
         launcher = "torchrun" if config.pipeline.launcher == "torchrun" else "a subprocess"
         with clock.stage("train", f"5/8 train the Bradley-Terry reward model ({config.model.encoder} encoder, in {launcher})"):
             model = _call(stages.train, pairs, config=config, out_dir=str(out), parent_run_id=parent)
             say(f"{model.epochs} epoch(s) in {model.train_seconds:.1f} s, best validation loss {model.best_val_loss}; {model.model_path}")
         with clock.stage("evaluate", "6/8 evaluate on held-out tasks (candidate and champion, same pool)"):
-            pool = pool_future.result()
+            # after training, not beside it: on a small machine the two only slow each other down
+            pool = _call(stages.build_pool, config.evaluate, config.collect, config.sandbox, data_dir=data_dir, code_version=version, progress=progress)
+            say(f"held-out pool: {pool.tasks} tasks, {pool.rows} candidate executions: {pool.path}")
             evaluation = _call(stages.evaluate, model, pairs, pool, config=config, out_dir=str(out), parent_run_id=parent)
             say(evaluation.summary)
         with clock.stage("gate", "7/8 gates"):
