@@ -27,6 +27,7 @@ BENCHES = {
     "accuracy": "bench_accuracy.py",
     "latency": "bench_latency.py",
     "train": "bench_train.py",
+    "best_of_n": "bench_best_of_n.py",
 }
 
 

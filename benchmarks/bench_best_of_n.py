@@ -1,0 +1,276 @@
+"""Best-of-N plan selection on held-out sandbox tasks, every selector, per domain (issues 15, 17).
+
+The default model (``configs/default.yaml``: scratch encoder, its collection, pairs and training
+settings) is trained on the default collection's pairs (or loaded with ``--model``), then scored
+through :mod:`orchrm.evaluation` on a candidate pool of tasks drawn from ``--seed`` (7331 by
+default: never used for collection, for the demo's evaluation or for tuning anything):
+``--candidates`` base-sampler plans per task, each executed once per pool seed and re-run
+``--repeats`` times for its expected quality. Reported per domain and N: the mean realised quality
+of every selector with a 95% bootstrap interval over tasks and the spread over pool seeds, the
+expected quality of its pick, the tokens it spent (execution / reward-model scoring / judging,
+counted apart), and the fraction of the random -> expected-oracle gap the reward model closes.
+
+Targets (issue 17), read at N = 5: reward-model selection at least 7 points above N = 1 (a random
+plan) and ahead of the cost-only and length-only selectors in every domain, closing at least 60% of
+the gap in every domain, with at least 5x fewer execution tokens than trajectory-level selection at
+equal or better quality.
+
+    nice python benchmarks/bench_best_of_n.py                 # writes results/best_of_n.{json,md,*.png}
+    nice python benchmarks/bench_best_of_n.py --tasks 10 --repeats 4 --out /tmp/bon   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results_io import machine, write_json, write_text  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+CACHE = Path(".orchrm") / "bench"
+NS = (1, 2, 4, 5, 8, 16)
+TARGET_N = 5
+
+
+def git_commit() -> str:
+    """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def _source_digest() -> str:
+    import orchrm
+
+    digest = hashlib.sha256()
+    for file in sorted(Path(orchrm.__file__).parent.rglob("*.py")):
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def default_model_and_pairs(config, *, threads: int | None) -> tuple[object, object, dict]:
+    """Collect, build pairs and train with ``config`` (cached under ``.orchrm/bench`` by the config
+    and the package's source); returns (model, pairs, info)."""
+    import torch
+
+    from orchrm.collect import collect
+    from orchrm.model import BradleyTerryModel
+    from orchrm.pairs import build_pairs
+    from orchrm.traces import read_table, write_table
+    from orchrm.train import fit
+
+    if threads:
+        torch.set_num_threads(threads)
+    key = hashlib.sha256((config.model_dump_json() + _source_digest()).encode()).hexdigest()[:12]
+    pairs_path, model_path = CACHE / f"best_of_n-pairs-{key}.parquet", CACHE / f"best_of_n-model-{key}.safetensors"
+    c = config.collect
+    if pairs_path.exists():
+        pairs = read_table(pairs_path)
+    else:
+        t0 = time.perf_counter()
+        artifacts = collect(domains=c.domains, tasks_per_domain=c.tasks_per_domain, plans_per_task=c.plans_per_task, seed=c.seed,
+                            source=dict(c.sources) or None, workers=c.workers, noise=config.sandbox, orchestrators=c.orchestrators,
+                            progress=False)
+        pairs = build_pairs(artifacts, config.pairs)
+        write_table(pairs, pairs_path)
+        print(f"collected {len(artifacts)} artifacts -> {len(pairs)} pairs in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    info = {"pairs": int(len(pairs)), "cache_key": key}
+    if model_path.exists():
+        model = BradleyTerryModel.load(model_path)
+        info["trained"] = "loaded from the benchmark cache"
+    else:
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as ckpt:
+            result = fit(pairs, config.model, config.train, checkpoint_dir=ckpt, progress=False)
+        model = result.model
+        model.save(model_path)
+        info |= {"trained": "in this run", "train_seconds": round(time.perf_counter() - t0, 1),
+                 "epochs_run": len(result.history), "best_epoch": result.best_epoch}
+        print(f"trained in {info['train_seconds']} s", file=sys.stderr)
+    return model, pairs, info
+
+
+def targets(report, domains: list[str]) -> dict:
+    """Issue 17's targets at N = 5, per domain, from the report's tables."""
+    t = report.tables["best_of_n"]
+    g = report.tables["gap_closed"]
+    out = {}
+    for domain in domains:
+        at = t[(t["domain"] == domain) & (t["N"] == TARGET_N)].set_index("selector")
+        one = t[(t["domain"] == domain) & (t["N"] == 1)].set_index("selector")
+        rm = at.loc["reward_model"]
+        gap = g[(g["domain"] == domain) & (g["N"] == TARGET_N)]["gap_closed"].iloc[0]
+        traj = at.loc["trajectory"]
+        out[domain] = {
+            "gain_over_n1_points": round(100 * (rm.quality - one.loc["random", "quality"]), 1),
+            "gain_met": bool(rm.quality - one.loc["random", "quality"] >= 0.07),
+            "beats_cost_only": bool(rm.quality > at.loc["cost_only", "quality"]),
+            "beats_length_only": bool(rm.quality > at.loc["length_only", "quality"]),
+            "gap_closed": None if gap != gap else round(float(gap), 3),
+            "gap_met": bool(gap >= 0.6),
+            "token_ratio_trajectory_over_rm": round(float(traj.tokens_total / rm.tokens_total), 2),
+            "tokens_met": bool(traj.tokens_total >= 5 * rm.tokens_total and rm.quality >= traj.quality),
+        }
+    return out
+
+
+def markdown(result: dict) -> str:
+    rows, gaps, s = result["best_of_n"], result["gap_closed"], result["settings"]
+    domains = [d for d in result["domains"]]
+    lines = [
+        "# Best-of-N plan selection on held-out tasks (sandbox)",
+        "",
+        f"Default model (`configs/default.yaml`: trained on the `train` split of its collection's {result['model']['pairs']} "
+        f"pairs; {result['model']['trained']}). "
+        f"Pool: {s['tasks']} tasks per domain from seed {s['seed']} (never collected or tuned on), {s['candidates']} "
+        f"base-sampler candidates each, executed once per pool seed {s['pool_seeds']} and re-run {s['repeats']} times for "
+        "the expected quality. Cells: mean realised quality of the pick [95% bootstrap interval over tasks].",
+        "",
+        f"## Headline: N = {TARGET_N}",
+        "",
+        "| selector | " + " | ".join(domains) + " | all | execution tokens / task | scoring tokens / task |",
+        "|---|" + "---:|" * (len(domains) + 3),
+    ]
+    sel = list(dict.fromkeys(r["selector"] for r in rows))
+    for name in sel:
+        cells = []
+        for d in [*domains, "all"]:
+            r = next(x for x in rows if x["selector"] == name and x["domain"] == d and x["N"] == TARGET_N)
+            cells.append(f"{r['quality']:.3f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]")
+        a = next(x for x in rows if x["selector"] == name and x["domain"] == "all" and x["N"] == TARGET_N)
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {a['tokens_execution']:.0f} | {a['tokens_scoring']:.0f} |")
+    lines += ["", "## Gap closed (random -> expected oracle, expected quality) by N", "",
+              "| N | " + " | ".join(domains) + " | all |", "|---:|" + "---:|" * (len(domains) + 1)]
+    for n in sorted({g["N"] for g in gaps}):
+        cells = []
+        for d in [*domains, "all"]:
+            g = next(x for x in gaps if x["N"] == n and x["domain"] == d)
+            cells.append("n/a" if g["gap_closed"] is None or g["gap_closed"] != g["gap_closed"] else
+                         f"{g['gap_closed']:.2f} [{g['ci_low']:.2f}, {g['ci_high']:.2f}]")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += ["", "## Every N, all domains", "",
+              "Mean realised quality (std over pool seeds); tokens per task (execution + scoring).", "",
+              "| selector | " + " | ".join(f"N = {n}" for n in result["settings"]["best_of"]) + " |",
+              "|---|" + "---:|" * len(result["settings"]["best_of"])]
+    for name in sel:
+        cells = []
+        for n in result["settings"]["best_of"]:
+            r = next(x for x in rows if x["selector"] == name and x["domain"] == "all" and x["N"] == n)
+            cells.append(f"{r['quality']:.3f} ({r['seed_std']:.3f}); {r['tokens_execution'] + r['tokens_scoring']:.0f} tok")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", f"## Targets at N = {TARGET_N} (issue 17)", "",
+              "| domain | gain over N = 1 (pts) | >= 7 | beats cost-only | beats length-only | gap closed | >= 0.60 | "
+              "trajectory / RM tokens | >= 5x at equal quality |", "|---|---:|---|---|---|---:|---|---:|---|"]
+    yn = lambda b: "yes" if b else "no"  # noqa: E731
+    for d, t in result["targets"].items():
+        lines.append(f"| {d} | {t['gain_over_n1_points']:+.1f} | {yn(t['gain_met'])} | {yn(t['beats_cost_only'])} | "
+                     f"{yn(t['beats_length_only'])} | {t['gap_closed'] if t['gap_closed'] is not None else 'n/a'} | "
+                     f"{yn(t['gap_met'])} | {t['token_ratio_trajectory_over_rm']:.1f}x | {yn(t['tokens_met'])} |")
+    m = result["metrics"]
+    lines += ["", f"Held-out pairwise accuracy {m['pairwise_accuracy']:.3f}, ECE {m['ece']:.3f}; scoring latency p50 "
+              f"{m['scoring_latency_ms_p50']:.1f} ms for {TARGET_N} candidates. The random selector is the expected quality "
+              "of a uniform pick among the N (its N = 1 row is one random plan); cost-only picks the plan with the highest "
+              "expected cost; the trajectory selector executes all N and keeps the answer whose final agent reported the "
+              "highest confidence; judging tokens are 0 (no selector here calls an LLM judge).",
+              "", f"Command: `{result['command']}`  ", f"Commit: `{result['commit']}`  ",
+              f"Machine: {result['machine']['cpus']} CPUs ({result['machine']['cpu']}), load average "
+              f"{result['machine']['load_average']}; pool built in {result['seconds']['pool']:.0f} s, evaluated in "
+              f"{result['seconds']['evaluate']:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(Path(__file__).resolve().parent.parent / "configs" / "default.yaml"))
+    ap.add_argument("--model", default=None, help="a saved model file to evaluate instead of training the default")
+    ap.add_argument("--tasks", type=int, default=30, help="held-out tasks per domain (default 30)")
+    ap.add_argument("--candidates", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=10, help="re-runs per candidate for its expected quality")
+    ap.add_argument("--pool-seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seed", type=int, default=7331, help="seed of the held-out tasks (default 7331)")
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
+                    help="only rewrite best_of_n.md in --out from an existing best_of_n.json")
+    args = ap.parse_args(argv)
+    if args.render:
+        write_text(args.out / "best_of_n.md", markdown(json.loads(args.render.read_text())))
+        return 0
+
+    import torch
+
+    from orchrm.config import load_config, with_overrides
+    from orchrm.evaluation import build_pool, evaluate
+    from orchrm.model import BradleyTerryModel
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    base = load_config(args.config)
+    ns = tuple(n for n in NS if n <= args.candidates)
+    evaluate_cfg = with_overrides(base.evaluate, {
+        "tasks_per_domain": args.tasks, "candidates": args.candidates, "best_of": ns, "pool_seeds": tuple(args.pool_seeds),
+        "repeats": args.repeats, "seed": args.seed, "bootstrap": args.bootstrap,
+        "gates": base.evaluate.gates.model_dump() | {"best_of": min(TARGET_N, args.candidates)},
+    })
+    config = base.model_copy(update={"evaluate": evaluate_cfg})
+    if args.model:
+        model, info = BradleyTerryModel.load(args.model), {"trained": f"loaded from {args.model}"}
+        _, pairs, extra = default_model_and_pairs(config, threads=args.threads)
+        info["pairs"] = extra["pairs"]
+    else:
+        model, pairs, info = default_model_and_pairs(config, threads=args.threads)
+    t0 = time.perf_counter()
+    pool = build_pool(config, progress=False)
+    pool_seconds = time.perf_counter() - t0
+    print(f"pool: {pool.tasks} tasks, {len(pool.frame)} rows in {pool_seconds:.0f} s", file=sys.stderr)
+    t0 = time.perf_counter()
+    report = evaluate(model, pairs=pairs[pairs["split"] == "test"], pool=pool, config=evaluate_cfg)
+    eval_seconds = time.perf_counter() - t0
+    print(report.summary(), file=sys.stderr)
+
+    domains = sorted(pool.frame["domain"].unique())
+    clean = lambda df: df.astype(object).where(df.notna(), None).to_dict(orient="records")  # noqa: E731
+    result = {
+        "benchmark": "best-of-N plan selection on held-out sandbox tasks, every selector",
+        "command": " ".join(["python benchmarks/bench_best_of_n.py"] + [
+            f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in vars(args).items() if k not in ("out", "render") and v != ap.get_default(k)]),
+        "commit": git_commit(),
+        "machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
+        "settings": {"tasks": args.tasks, "candidates": args.candidates, "repeats": args.repeats, "pool_seeds": args.pool_seeds,
+                     "seed": args.seed, "best_of": list(ns), "bootstrap": args.bootstrap, "config": args.config},
+        "model": info,
+        "domains": domains,
+        "seconds": {"pool": round(pool_seconds, 1), "evaluate": round(eval_seconds, 1)},
+        "metrics": report.metrics,
+        "best_of_n": clean(report.tables["best_of_n"]),
+        "gap_closed": clean(report.tables["gap_closed"]),
+        "pairwise": clean(report.tables["pairwise"]),
+        "targets": targets(report, domains),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "best_of_n.json", result)
+    write_text(args.out / "best_of_n.md", markdown(result))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path in report.write(tmp).items():
+            if path.suffix == ".png":
+                shutil.copyfile(path, args.out / f"best_of_n.{name}.png")
+    print((args.out / "best_of_n.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
