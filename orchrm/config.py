@@ -199,8 +199,9 @@ class GatesConfig(_Frozen):
     #: N at which best-of-N gates are read
     best_of: int = Field(8, ge=2)
     #: reward-model best-of-``best_of`` quality minus a random plan (the mean over the same N
-    #: candidates), in quality points (0-1 scale); below it choosing plans buys nothing
-    min_best_of_n_gain: float = Field(0.02, ge=-1.0, le=1.0)
+    #: candidates), in quality points (0-1 scale); below 5 points scoring N plans buys too little
+    #: to be worth sampling them (the demo's model gains 10.6 at N = 8: benchmarks/results/best_of_n.md)
+    min_best_of_n_gain: float = Field(0.05, ge=-1.0, le=1.0)
     #: RM best-of-N must beat always-the-priciest-plan (else it learned only "spend more")
     beat_cost_only: bool = True
     #: p50 milliseconds to score ``best_of`` candidates of one question on this machine

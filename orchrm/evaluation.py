@@ -751,7 +751,13 @@ def _held_out(pairs: pd.DataFrame) -> pd.DataFrame:
 def _model_results(model: Any, pairs: pd.DataFrame, pool: CandidatePool, config: EvaluateConfig) -> dict[str, Any]:
     """Every metric and table of one model on ``pairs`` and ``pool``."""
     ns = best_of_ns(config, pool.candidates)
-    pw = pairwise_metrics(model, pairs, bootstrap=config.bootstrap, seed=config.seed, bins=config.calibration_bins)
+    if pairs.empty:  # e.g. re-evaluating a champion on a new pool: best-of-N only, the pairwise gate then fails
+        log.warning("no held-out pairs: pairwise accuracy, BT loss and calibration are left out")
+        _, reliability = calibration(np.zeros(0), np.zeros(0), bins=config.calibration_bins)
+        empty = pd.DataFrame(columns=["granularity", "domain", "pairs", "tasks", "accuracy", "ci_low", "ci_high", "bt_loss"])
+        pw = {"table": empty, "calibration": reliability, "metrics": {}}
+    else:
+        pw = pairwise_metrics(model, pairs, bootstrap=config.bootstrap, seed=config.seed, bins=config.calibration_bins)
     frame = pool.frame
     score_tokens, prompt_tokens = _scoring_tokens(model, frame)
     frame = frame.assign(reward=score_texts(model, frame["question"], frame["plan_text"]),
@@ -772,6 +778,7 @@ def _model_results(model: Any, pairs: pd.DataFrame, pool: CandidatePool, config:
     for row in gaps[gaps["N"] == config.gates.best_of].itertuples():
         metrics["gap_closed" if row.domain == "all" else f"gap_closed.{row.domain}"] = row.gap_closed
     metrics["scoring_latency_ms_p50"] = latency["p50_ms"]
+    metrics["scoring_latency_candidates"] = float(config.gates.best_of)
     metrics["pool_tasks"] = float(pool.tasks)
     metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
     latency_table = pd.DataFrame([{"N": config.gates.best_of, **latency}])
@@ -785,6 +792,7 @@ def evaluate(
     """Every metric of ``model`` on held-out ``pairs`` (rows with ``split != "test"`` are
     dropped) and on the candidate ``pool``; ``champion``, when given, is evaluated on the same
     pairs and pool in the same call (its metrics in :attr:`EvaluationReport.champion_metrics`).
+    Empty ``pairs`` leave the pairwise metrics out (the ``pairwise_accuracy`` gate then fails).
 
     ``model``: a :class:`orchrm.model.BradleyTerryModel` or any object with ``score(prompts,
     actions)`` (and optionally ``tokenize``, ``shared_prompt`` for the token count).
@@ -1027,8 +1035,9 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
     key = "scoring_latency_ms_p50"
     if key in metrics:
         v, t = float(metrics[key]), gates.max_scoring_latency_ms
+        scored = int(metrics.get("scoring_latency_candidates", n))
         results.append(GateResult("scoring_latency", v <= t, v, t,
-                                  f"p50 {v:.1f} ms to score {n} candidates {'<=' if v <= t else '>'} {t:.1f} ms"))
+                                  f"p50 {v:.1f} ms to score {scored} candidates {'<=' if v <= t else '>'} {t:.1f} ms"))
     else:
         results.append(_missing("scoring_latency", key))
 

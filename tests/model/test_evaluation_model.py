@@ -72,3 +72,11 @@ def test_write_gives_json_csv_tables_and_png_plots_that_regate_alike(report, tin
     )
     assert "best-of-4" in report.summary()
     assert "## Gap closed at N = 4" in report.to_markdown()
+
+
+def test_without_held_out_pairs_only_best_of_n_is_measured_and_the_pairwise_gate_says_so(trained_model, pairs, pool, tiny_config):
+    report = evaluate(trained_model, pairs=pairs.iloc[:0], pool=pool, config=tiny_config.evaluate)
+    assert "pairwise_accuracy" not in report.metrics and "best_of_4.reward_model" in report.metrics
+    verdict = check_gates(report.metrics, tiny_config.evaluate.gates)
+    assert "pairwise_accuracy missing from the metrics" in verdict.failed()[0].detail
+    assert "best-of-4" in report.summary()
