@@ -126,9 +126,11 @@ def table(result: dict) -> str:
             f"| {r['name']} | {enc} | {r['train']['lr']:g} | {r['train']['epochs']} | {r['train']['patience']} | {r['epochs_run']} ({r['best_epoch']}) | "
             f"{r['best_val_loss']:.4f} | {r['test_pair_accuracy']:.3f} | {r['true_pair_accuracy']:.3f} | {r['seconds']:.0f} |"
         )
+    lines += [f"\n{r['name']}: {r['note']}." for r in result["runs_out"] if r.get("note")]
     m = result["machine"]
     lines += [
         "",
+        "train s: wall time on a machine shared with other jobs; it says which runs are long, not how fast one is.",
         f"Machine: {m['cpus']} CPUs ({m['cpu']}), load average at the end {m['load_average']}; torch {m['torch']}.",
         f"Commit: {result['commit']}",
         "",
