@@ -62,7 +62,7 @@ bench: install  ## run the benchmarks; results land in benchmarks/results/
 	$(PY) benchmarks/run_all.py
 
 lint: install  ## ruff
-	$(VENV)/bin/ruff check orchrm tests benchmarks
+	$(VENV)/bin/ruff check orchrm tests benchmarks flows
 
 clean:  ## remove the venv and local run data
 	rm -rf $(VENV) .orchrm .pytest_cache

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchrm.offline import apply_offline_env
+
 # the function, not the module: the submodule flows.pipeline takes the name `pipeline` in this package
 from orchrm.pipeline import is_transient
+
+# telemetry off and no downloads also when a flow runs without make (a worker, a deployment)
+apply_offline_env()
 
 
 def transient(task: Any, task_run: Any, state: Any) -> bool:
