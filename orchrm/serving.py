@@ -245,15 +245,10 @@ def _default_executor() -> MultiAgentExecutor:
     return MultiAgentExecutor(orchestrator="default")
 
 
-class TestTimeScalableOrchestrator:
-    """Best-of-N orchestration: ``num_candidates`` plans sampled by ``executor`` (the sandbox's
-    default orchestrator when None), scored by the reward model before anything runs, and only the
-    best one executed.
-
-    ``reward_model``: a :class:`BradleyTerryModel`, or a URI/path for :func:`load_reward_model`.
-    """
-
-    __test__ = False  # not a pytest test class despite its name
+class _ScoredOrchestrator:
+    """What both orchestrators hold: a reward model (or a URI/path for :func:`load_reward_model`),
+    the number of candidates, an executor (the sandbox's, built on first use, when None) and the
+    sampling seed."""
 
     def __init__(
         self,
@@ -274,6 +269,17 @@ class TestTimeScalableOrchestrator:
         if self.executor is None:
             self.executor = _default_executor()
         return self.executor
+
+
+class TestTimeScalableOrchestrator(_ScoredOrchestrator):
+    """Best-of-N orchestration: ``num_candidates`` plans sampled by ``executor`` (the sandbox's
+    default orchestrator when None), scored by the reward model before anything runs, and only the
+    best one executed.
+
+    ``reward_model``: a :class:`BradleyTerryModel`, or a URI/path for :func:`load_reward_model`.
+    """
+
+    __test__ = False  # not a pytest test class despite its name
 
     def rank(self, task: Task | str) -> tuple[Task, tuple[ScoredPlan, ...], int]:
         """The task, its candidates scored and sorted best first, and the scoring tokens; nothing runs."""
@@ -320,7 +326,7 @@ class GuidedStep:
     chosen: str
 
 
-class RewardGuidedOrchestrator:
+class RewardGuidedOrchestrator(_ScoredOrchestrator):
     """Builds the plan one step at a time under the reward model.
 
     ``num_candidates`` plans are sampled once; at each depth the candidate next steps are the
@@ -333,26 +339,13 @@ class RewardGuidedOrchestrator:
     ``execution_tokens``.
     """
 
-    def __init__(
-        self,
-        reward_model: BradleyTerryModel | str | os.PathLike,
-        num_candidates: int = 5,
-        executor: MultiAgentExecutor | None = None,
-        *,
-        seed: int | None = None,
-    ) -> None:
-        if not isinstance(num_candidates, int) or num_candidates < 1:
-            raise ValueError(f"num_candidates must be an int >= 1, got {num_candidates!r}")
-        self.reward_model = _as_model(reward_model)
-        self.num_candidates = num_candidates
-        self.executor = executor
-        self.seed = seed
-        self.steps: tuple[GuidedStep, ...] = ()
+    #: the last :meth:`execute`'s steps, in order (each instance sets its own)
+    steps: tuple[GuidedStep, ...] = ()
 
     def execute(self, task: Task | str) -> OrchestrationResult:
         from orchrm.pair_engine import plan_nodes
 
-        executor = self.executor = self.executor or _default_executor()
+        executor = self._executor()
         task = executor.as_task(task)
         alive = list(executor.sample_plans(task, self.num_candidates, seed=self.seed))
         nodes = {p.plan_id: plan_nodes(p.render()) for p in alive}

@@ -5,13 +5,6 @@ through the server too."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import httpx
 import pytest
 import torch
@@ -19,7 +12,8 @@ import torch
 from orchrm import registry
 from orchrm.config import PipelineConfig
 from orchrm.serving import load_reward_model
-from tests.integration.test_registry import Store, build_store, free_port
+from tests.integration.mlflow_server import api, running_mlflow
+from tests.integration.test_registry import Store, build_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,40 +32,9 @@ def store(tmp_path_factory) -> Store:
 @pytest.fixture(scope="module")
 def server(store, tmp_path_factory) -> str:
     """`mlflow server` on the store, on a free loopback port; always stopped."""
-    port = free_port()
     log_path = tmp_path_factory.mktemp("server-log") / "server.log"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", registry.tracking_uri(store.config),
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 180
-            while True:
-                assert proc.poll() is None, log_path.read_text()[-3000:]
-                try:
-                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "mlflow server did not answer /health: " + log_path.read_text()[-3000:]
-                time.sleep(0.5)
-            yield url
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-def api(url: str, path: str, **params) -> dict:
-    answer = httpx.get(f"{url}/api/2.0/mlflow/{path}", params=params, timeout=30)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
+    with running_mlflow(["server", "--backend-store-uri", registry.tracking_uri(store.config)], log_path) as url:
+        yield url
 
 
 def test_the_server_shows_the_runs_with_metrics_and_the_pairs_dataset(store, server):

@@ -56,3 +56,31 @@ def test_demo_runs_the_pipeline_then_the_champion_picks_a_plan(tmp_path):
     assert result.example is not None and "executed only the best" in text
     assert f"verdict: {result.pipeline.status}" in text and "champion: version 1" in text
     assert "ui --backend-store-uri sqlite:///" in text and "server start" in text
+    the_mlflow_ui_shows_what_the_demo_made(result.pipeline, tmp_path)
+
+
+def the_mlflow_ui_shows_what_the_demo_made(result, tmp_path) -> None:
+    """`mlflow ui` on the demo's store (the command the demo prints), read through the REST API
+    its pages read: the pipeline run and its stage runs, their metrics, the pairs data set, the
+    evaluation plots, the logged model, and the registered version with its aliases."""
+    import httpx
+
+    from tests.integration.mlflow_server import api, running_mlflow
+
+    with running_mlflow(["ui", "--backend-store-uri", result.tracking_uri], tmp_path / "mlflow-ui.log") as ui:
+        (exp,) = [e for e in api(ui, "experiments/search", max_results=100)["experiments"] if e["name"] == "orchrm"]
+        runs = httpx.post(f"{ui}/api/2.0/mlflow/runs/search", json={"experiment_ids": [exp["experiment_id"]]}, timeout=30).json()["runs"]
+        by_name = {r["info"]["run_name"]: r for r in runs}
+        children = [r for r in runs if any(t["key"] == "mlflow.parentRunId" and t["value"] == result.run_id for t in r["data"].get("tags", []))]
+        assert result.run_id in {r["info"]["run_id"] for r in runs} and len(children) >= 5, sorted(by_name)
+        metrics = {m["key"] for r in children for m in r["data"].get("metrics", [])}
+        assert {"pairwise_accuracy", "gap_closed", "epoch.val_loss"} <= metrics, sorted(metrics)[:40]
+        assert any(r.get("inputs", {}).get("dataset_inputs") for r in children), "no run shows the pairs data set"
+        evaluated = next(r for r in children if any(m["key"] == "pairwise_accuracy" for m in r["data"].get("metrics", [])))
+        files = api(ui, "artifacts/list", run_id=evaluated["info"]["run_id"], path="evaluation")["files"]
+        assert any(f["path"].endswith(".png") for f in files), files
+        models = httpx.post(f"{ui}/api/2.0/mlflow/logged-models/search", json={"experiment_ids": [exp["experiment_id"]]}, timeout=30).json()
+        assert models.get("models"), models
+        registered = api(ui, "registered-models/get", name="orchrm-reward")["registered_model"]
+        aliases = {a["alias"]: int(a["version"]) for a in registered["aliases"]}
+        assert aliases == {"champion": result.champion_version, "challenger": result.registered.version}

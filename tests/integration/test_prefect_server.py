@@ -22,6 +22,8 @@ import httpx
 import pytest
 import yaml
 
+from tests.integration.mlflow_server import free_port
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,12 +37,6 @@ def _reachable(host: str, port: int) -> bool:
     with closing(socket.socket()) as s:
         s.settimeout(2)
         return s.connect_ex((host, port)) == 0
-
-
-def _free_port() -> int:
-    with closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _admin(sql: str, database: str = "postgres") -> list:
@@ -118,7 +114,7 @@ def test_a_deployment_run_on_a_postgres_backed_server_registers_a_champion(datab
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(data))
 
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING"))}
     env |= {

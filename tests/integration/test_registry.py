@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from orchrm.config import PipelineConfig
 from orchrm.errors import ModelFileError, PromotionRejected, RegistryError
 from orchrm.evaluation import GateResult, Verdict
 from orchrm.serving import load_reward_model
+from tests.integration.mlflow_server import free_port
 from tests.model.conftest import make_pairs
 
 pytestmark = pytest.mark.integration
@@ -122,12 +122,6 @@ def store(tmp_path_factory) -> Store:
         before = mlflow.get_tracking_uri()
         yield build_store(tmp_path_factory.mktemp("registry"))
         mlflow.set_tracking_uri(before)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------------

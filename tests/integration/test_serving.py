@@ -3,11 +3,6 @@ registered pyfunc over HTTP (`mlflow models serve`), the reward-model server RL 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,7 +10,8 @@ import pytest
 import torch
 
 from orchrm import registry
-from tests.integration.test_registry import Store, build_store, free_port
+from tests.integration.mlflow_server import running_mlflow
+from tests.integration.test_registry import Store, build_store
 
 pytestmark = pytest.mark.integration
 
@@ -149,37 +145,13 @@ def test_reward_guided_scores_nodes_in_the_intermediate_pairs_format(store, exec
 
 @pytest.mark.slow
 def test_mlflow_models_serve_scores_candidates_like_model_score(store, tmp_path):
-    port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.tracking_uri(store.config), "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           # the server runs `uvicorn` from the environment's bin folder
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    log = (tmp_path / "serve.log").open("w")
-    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/orchrm-reward@champion",
-           "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "mlflow models serve did not answer /ping: " + (tmp_path / "serve.log").read_text()[-3000:]
-            time.sleep(0.5)
+    env = {"MLFLOW_TRACKING_URI": registry.tracking_uri(store.config), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = ["models", "serve", "-m", "models:/orchrm-reward@champion", "--env-manager", "local"]
+    with running_mlflow(args, tmp_path / "serve.log", ready_path="/ping", env=env) as url:
         rows = store.pairs.head(8)
         body = {"dataframe_split": {"columns": ["prompt", "action"], "data": rows[["prompt", "chosen"]].values.tolist()}}
-        answer = httpx.post(f"http://127.0.0.1:{port}/invocations", json=body, timeout=60)
+        answer = httpx.post(f"{url}/invocations", json=body, timeout=60)
         assert answer.status_code == 200, answer.text
         rewards = [p["reward"] for p in answer.json()["predictions"]]
         expected = store.good.score(rows["prompt"].tolist(), rows["chosen"].tolist())
         assert torch.tensor(rewards, dtype=torch.float32).tolist() == expected.tolist()
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
