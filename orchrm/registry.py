@@ -169,6 +169,20 @@ def artifact_root(config: PipelineConfig) -> str | None:
     return None
 
 
+@contextmanager
+def _environment_kept(*names: str) -> Iterator[None]:
+    """Put ``names`` back in ``os.environ`` as they were (set or unset) when the block ends."""
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def configure(config: PipelineConfig) -> str:
     """Point MLflow at the configured store, create it and the experiment; returns the experiment id.
 
@@ -180,8 +194,12 @@ def configure(config: PipelineConfig) -> str:
     db = _sqlite_path(uri)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
+    with _environment_kept("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+        # both also export the URI to os.environ (for subprocesses), where tracking_uri() would
+        # then read it for every later config of this process: a second pipeline with another
+        # data_dir would log into the first one's store. Subprocesses get the URI explicitly.
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
     c = client(uri)
 
     def get_or_create() -> str:

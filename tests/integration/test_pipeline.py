@@ -52,7 +52,7 @@ def test_demo_runs_the_pipeline_then_the_champion_picks_a_plan(tmp_path):
         assert stage in text
     for name in ("pairs.parquet", "model/model.safetensors", "validation/pairs", "evaluation"):
         assert (tmp_path / "run" / name).exists(), name
-    assert result.pipeline.status == "promoted"  # the first candidate has no champion to beat
+    assert result.pipeline.status == "promoted", f"{result.pipeline.message}\n{result.pipeline.verdict}"  # no champion to beat yet
     assert result.example is not None and "executed only the best" in text
     assert f"verdict: {result.pipeline.status}" in text and "champion: version 1" in text
     assert "ui --backend-store-uri sqlite:///" in text and "server start" in text

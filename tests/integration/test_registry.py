@@ -7,6 +7,7 @@ one (trained on the same pairs with chosen and rejected swapped, so it learned t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -137,6 +138,18 @@ def test_store_is_sqlite_under_the_data_dir_with_artifacts_beside_it(store, monk
     assert exp.artifact_location == (db.parent / "mlartifacts").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
     assert registry.tracking_uri(store.config) == "http://mlflow.example:5000"
+
+
+def test_a_second_store_in_the_same_process_is_not_the_first_one(tmp_path, monkeypatch):
+    # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI; configure must not let that env var
+    # send the next config's runs and versions into the first config's store
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first, second = PipelineConfig(data_dir=str(tmp_path / "a")), PipelineConfig(data_dir=str(tmp_path / "b"))
+    registry.configure(first)
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    assert registry.tracking_uri(second) == f"sqlite:///{(tmp_path / 'b' / 'mlflow.db').resolve()}"
+    registry.configure(second)
+    assert registry.client(registry.tracking_uri(second)).get_experiment_by_name("orchrm") is not None
 
 
 def test_stage_runs_nest_under_the_pipeline_run(store):
