@@ -195,9 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchrm",
         description="Train reward models for multi-agent orchestration from the artifacts your system already produces.",
-        epilog="Pipeline: collect (or ingest your own traces) -> validate -> pairs -> validate -> train; then score "
-        "candidates from Python (BradleyTerryModel.load(...).score). `orchrm demo` runs it all on "
-        "embedded defaults. The settings the README's measurements use: --config configs/default.yaml.",
+        epilog="Pipeline: collect (or ingest your own traces) -> validate -> pairs -> validate -> train -> evaluate "
+        "-> gate -> register (alias challenger) -> promote (alias champion); `orchrm pipeline` runs every stage "
+        "once, `orchrm demo` on embedded defaults. Then `orchrm rank --model models:/orchrm-reward@champion ...`, "
+        "or orchrm.load_reward_model(...) from Python. The settings the README's measurements use: --config "
+        "configs/default.yaml.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
