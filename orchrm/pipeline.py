@@ -382,12 +382,15 @@ def pairs_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | 
 
 def validate_pairs_stage(pairs: Pairs, artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> Validated:
     """Run ``expectations/pairs.json`` (pairs checked against the artifacts' tasks)."""
+    from orchrm.pair_reader import read_pairs
     from orchrm.traces import read_table
     from orchrm.validation import validate_pairs
 
     target = Path(out_dir) / "validation" / "pairs"
     with _stage_run(config, "validate-pairs", parent_run_id) as run_id:
-        report = validate_pairs(read_table(pairs.path), artifacts=read_table(artifacts.path), out_dir=target, raise_on_failure=False)
+        # the one pair reader, as `orchrm validate` and the Trainer read pair files
+        frame = read_pairs(pairs.path, config=config.pairs)
+        report = validate_pairs(frame, artifacts=read_table(artifacts.path), out_dir=target, raise_on_failure=False)
         _log_validation(config, report, run_id=run_id, name="pairs")
         report.raise_for_failures()
     return Validated("pairs", pairs.rows, tuple(f"{o.suite}.{o.name}" for o in report.warnings), target, run_id)
@@ -497,7 +500,6 @@ def evaluate_stage(
     to ``out_dir/evaluation`` and log it to MLflow. With ``model=None`` the champion is the one
     evaluated (the weekly re-evaluation)."""
     from orchrm import evaluation, registry, serving
-    from orchrm.traces import read_table
 
     target = Path(out_dir) / "evaluation"
     with _stage_run(config, "evaluate", parent_run_id) as run_id:
@@ -509,7 +511,7 @@ def evaluate_stage(
             candidate, champion = champion, None
         else:
             candidate = serving.load_reward_model(str(model.model_path))
-        held_out = _held_out_pairs(pairs, read_table)
+        held_out = _held_out_pairs(pairs, config)
         pool_obj = evaluation.CandidatePool.load(pool.path)
         report = evaluation.evaluate(candidate, pairs=held_out, pool=pool_obj, config=config.evaluate, champion=champion)
         report.write(target)
@@ -525,12 +527,14 @@ def evaluate_stage(
     )
 
 
-def _held_out_pairs(pairs: Pairs | None, read_table) -> pd.DataFrame:
+def _held_out_pairs(pairs: Pairs | None, config: PipelineConfig) -> pd.DataFrame:
     if pairs is None:
         from orchrm.pairs import empty_pairs
 
         return empty_pairs()
-    df = read_table(pairs.path)
+    from orchrm.pair_reader import read_pairs
+
+    df = read_pairs(pairs.path, config=config.pairs)
     return df[df.split == "test"].reset_index(drop=True)
 
 
