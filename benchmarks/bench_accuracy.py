@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import machine, write_json, write_text  # noqa: E402
+from results_io import git_commit, machine, write_json, write_text  # noqa: E402
 
 from orchrm.evaluation import accuracy_table  # noqa: E402
 
@@ -196,6 +196,7 @@ def main() -> int:
         "command": " ".join(["python benchmarks/bench_accuracy.py"] + [
             f"--{k} {v}" for k, v in vars(args).items() if k not in ("out", "render") and v != ap.get_default(k)
         ]),
+        "commit": git_commit(),
         "runs": runs,
         "rows": rows,
     }

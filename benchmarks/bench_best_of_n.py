@@ -25,30 +25,18 @@ import argparse
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import machine, write_json, write_text  # noqa: E402
+from results_io import git_commit, machine, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(".orchrm") / "bench"
 NS = (1, 2, 4, 5, 8, 16)
 TARGET_N = 5
-
-
-def git_commit() -> str:
-    """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("+dirty" if dirty else "")
 
 
 def _source_digest() -> str:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import machine, write_json, write_text  # noqa: E402
+from results_io import command_line, provenance, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET = {"math": 200, "code": 20, "multihop": 200, "webqa": 200}
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchrm.executor import MultiAgentExecutor
     from orchrm.tasks import load_tasks
 
-    report = {"machine": machine(), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
+    report = {**provenance(command_line("benchmarks/bench_collect.py", ap, args)), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
     for domain in args.domains:
         n = max(4, args.tasks // 3) if domain == "code" else args.tasks
         tasks = load_tasks(domain, n, seed=args.seed)

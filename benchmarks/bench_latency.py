@@ -37,7 +37,7 @@ from orchrm.config import load_config  # noqa: E402
 from orchrm.encoders import TokenBatch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
+from results_io import command_line, cpu_model, provenance, write_json, write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -146,7 +146,7 @@ def main() -> int:
     threads = torch.get_num_threads()
     write_json(args.out / "latency.json", {
         "benchmark": "scoring latency: model.score for N candidates of one question (CPU, fp32, PyTorch)",
-        "machine": machine(torch=torch.__version__, torch_threads=threads),
+        **provenance(command_line("benchmarks/bench_latency.py", ap, args), torch=torch.__version__, torch_threads=threads),
         "questions": len(cases),
         "target": {"candidates": TARGET_N, "default_p50_ms": TARGET_P50_MS, "met": met},
         "rows": rows,

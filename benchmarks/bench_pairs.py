@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import machine, write_json, write_text  # noqa: E402
+from results_io import command_line, provenance, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_BUILD_S = 5.0
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     report: dict = {
-        "machine": machine(pandas=pd.__version__, numpy=np.__version__),
+        **provenance(command_line("benchmarks/bench_pairs.py", ap, args), pandas=pd.__version__, numpy=np.__version__),
     }
     build, pairs = bench_build(args.artifacts, args.pairs, args.seed)
     report["build"] = build

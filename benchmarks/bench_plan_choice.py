@@ -35,7 +35,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results_io import machine, use_sibling_data, write_json, write_text  # noqa: E402
+from results_io import command_line, provenance, use_sibling_data, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchrm.errors import TaskError
     from orchrm.tasks import load_tasks
 
-    report: dict = {"machine": machine(), "repeats": args.repeats, "plans": args.plans, "seed": args.seed, "domains": {}}
+    report: dict = {**provenance(command_line("benchmarks/bench_plan_choice.py", ap, args)), "repeats": args.repeats, "plans": args.plans, "seed": args.seed, "domains": {}}
     rows = []
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn")) as pool:
         for domain in args.domains:

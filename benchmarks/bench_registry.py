@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency import questions_with_plans  # noqa: E402
-from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
+from results_io import command_line, cpu_model, provenance, write_json, write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -164,7 +164,8 @@ def main() -> int:
     threads = torch.get_num_threads()
     write_json(args.out / "registry.json", {
         "benchmark": "loading the champion from the registry (cold process) and the pyfunc's scoring throughput",
-        "machine": machine(torch=torch.__version__, torch_threads=threads, mlflow=mlflow.__version__),
+        **provenance(command_line("benchmarks/bench_registry.py", ap, args), torch=torch.__version__, torch_threads=threads,
+                     mlflow=mlflow.__version__),
         "model": name,
         "cold_start": {"candidates": COLD_CANDIDATES, "processes": colds, "median": med},
         "throughput": {

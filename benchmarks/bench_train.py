@@ -41,7 +41,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_accuracy import sandbox_pairs  # noqa: E402
-from results_io import cpu_model, machine, write_json, write_text  # noqa: E402
+from results_io import command_line, cpu_model, provenance, write_json, write_text  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TARGET_SPEEDUP = 2.0
@@ -165,7 +165,8 @@ def main() -> int:
     best = rows[-1]
     result = {
         "benchmark": "OrchRM Trainer vs TRL RewardTrainer, MiniLM, CPU fp32",
-        "machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
+        **provenance(command_line("benchmarks/bench_train.py", ap, args), torch=torch.__version__,
+                     torch_threads=torch.get_num_threads()),
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "train_pairs": len(train), "train_tasks": int(train["task_id"].nunique()),
         "test_pairs": len(test), "test_tasks": int(test["task_id"].nunique()),

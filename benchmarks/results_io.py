@@ -1,11 +1,17 @@
-"""Writing a benchmark's results files: each written whole or not at all (a crash leaves the old file),
-each naming the machine it was measured on."""
+"""Writing a benchmark's results files: each written whole or not at all (a crash leaves the old file).
+
+Every results JSON carries :func:`provenance` at its top level: the ``command`` that reproduces it,
+the ``commit`` it was measured at and the ``machine`` it ran on. ``benchmarks/report.py`` quotes
+all three in ``docs/results.md``.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +52,47 @@ def machine(**extra: Any) -> dict[str, Any]:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         **extra,
     }
+
+
+def git_commit() -> str:
+    """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def command_line(script: str, parser: argparse.ArgumentParser, args: argparse.Namespace, *,
+                 skip: tuple[str, ...] = ("out", "render")) -> str:
+    """``python <script>`` and every option of ``args`` that differs from ``parser``'s default
+    (``skip``: options that only say where to write).
+
+    >>> ap = argparse.ArgumentParser(); _ = ap.add_argument("--tasks", type=int, default=3)
+    >>> _ = ap.add_argument("--no-real", action="store_true")
+    >>> command_line("benchmarks/bench_x.py", ap, ap.parse_args(["--tasks", "5", "--no-real"]))
+    'python benchmarks/bench_x.py --tasks 5 --no-real'
+    """
+    parts = [f"python {script}"]
+    for key, value in vars(args).items():
+        if key in skip or value == parser.get_default(key):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list | tuple):
+            parts.append(" ".join([flag, *map(str, value)]))
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
+def provenance(command: str, **machine_extra: Any) -> dict[str, Any]:
+    """The top-level keys every results JSON carries: ``command`` (as given), ``commit``
+    (:func:`git_commit`) and ``machine`` (:func:`machine` with ``machine_extra``)."""
+    return {"command": command, "commit": git_commit(), "machine": machine(**machine_extra)}
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from benchmarks.results_io import machine, write_json, write_text
+    from benchmarks.results_io import git_commit, machine, write_json, write_text
     from orchrm.pairs import build_pairs
     from orchrm.traces import ingest_traces
     from tests.fixtures.foreign_traces import make_tickets, traces_of
@@ -164,10 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     tickets = make_tickets(args.tickets, seed=args.seed)
     pairs = build_pairs(ingest_traces(traces_of(tickets, seed=args.seed, runs=args.runs)))
     runs = [r for r in grid(args.epochs) if args.only is None or r.name in args.only]
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     result = {
         "seed": args.seed, "tickets": args.tickets, "runs": args.runs,
-        "pairs": pairs.split.value_counts().to_dict(), "runs_out": [], "commit": commit,
+        "pairs": pairs.split.value_counts().to_dict(), "runs_out": [], "commit": git_commit(),
         "command": " ".join(["python benchmarks/sweep_defaults.py", *sys.argv[1:]]),
     }
     earlier = {}
