@@ -9,7 +9,7 @@ EXTRAS ?= dev
 include orchrm/offline.env
 export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' orchrm/offline.env)
 
-.PHONY: install demo serve test test-fast bench lint clean help
+.PHONY: install demo serve test test-fast bench report lint clean help
 
 help:  ## list the verbs
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ bench: EXTRAS = dev,bench
 bench: install  ## run the benchmarks; results land in benchmarks/results/
 	$(PY) -m pip install --quiet -c $(VENV)/torch-constraint.txt -e ".[dev,bench]"
 	$(PY) benchmarks/run_all.py
+
+report: install  ## docs/results.md, its plots and the README's best-of-N block, from benchmarks/results/*.json
+	$(PY) benchmarks/report.py
 
 lint: install  ## ruff
 	$(VENV)/bin/ruff check orchrm tests benchmarks flows
