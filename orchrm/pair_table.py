@@ -56,8 +56,11 @@ def materialise(art: ArtifactCodes, c: Mapping[str, np.ndarray], cfg: PairsConfi
     task_ids = art.task_ids[c["task"]]
     question = art.questions[c["task"]]
     # prompt: the question, plus "\n" + the rendered ancestor prefix for node pairs past depth 0
+    # (plan-prefix actions carry their prefix themselves: their prompt is the question)
+    as_plans = cfg.intermediate_action == "plan_prefix"
     prefix_code = np.full(len(node), -1, dtype=np.int64)
-    prefix_code[node] = art.info_prefix[art.info[c["chosen"][node]]]
+    if not as_plans:
+        prefix_code[node] = art.info_prefix[art.info[c["chosen"][node]]]
     has_prefix = prefix_code >= 0
     prompt = question.copy()
     if has_prefix.any():
@@ -68,7 +71,10 @@ def materialise(art: ArtifactCodes, c: Mapping[str, np.ndarray], cfg: PairsConfi
         out = art.plans[art.plan[rows]].copy()
         if node.any():
             r = rows[node]
-            out[node] = art.lines[art.info_line[art.info[r]]] + "\n" + content.iloc[r].astype(str).to_numpy(dtype=object)
+            if as_plans:
+                out[node] = art.texts[art.info_subplan[art.info[r]]]
+            else:
+                out[node] = art.lines[art.info_line[art.info[r]]] + "\n" + content.iloc[r].astype(str).to_numpy(dtype=object)
         return out
 
     artifact_ids = art.df["artifact_id"]

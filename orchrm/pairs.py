@@ -12,7 +12,11 @@ Three sources, all comparing artifacts **of one task only**:
   different plans whose *ancestor prefix* is identical, so both answer the same state. ``prompt``
   is the question plus the rendered ancestor nodes and edges (just the question at depth 0); each
   action is the node's own ``<agent .../>`` line, a newline, and the artifact's ``content``. Only a
-  plan prefix has to run to get such a pair: no rollout needs finishing.
+  plan prefix has to run to get such a pair: no rollout needs finishing. With
+  ``intermediate_action="plan_prefix"`` the prompt is the question and each action is the node
+  with its ancestors as a plan of their own (:func:`orchrm.pair_engine.subplan_text`), the text a
+  plan scorer reads; a sub-plan run several times on a task counts once, with its mean quality.
+  ``orchrm.collect.collect(mode="branch")`` runs many alternatives per shared prefix for them.
 - ``specialized-over-base`` (granularity ``plan``): a plan of the specialized sampler over a plan of
   the base sampler. It is a *prior* (it needs no execution), so its margin is
   :attr:`PairsConfig.prior_margin`; it is kept unless observed final qualities contradict it, that
@@ -29,8 +33,8 @@ The same artifact table always gives the same pair table.
 
 ``collection_tokens`` is what producing the pair's artifacts cost: for a plan-level pair, every
 token of both plans' executions on the task; for a node pair, the tokens of the two artifacts and
-of their ancestors' artifacts in the same executions (the cost of running the prefixes); 0 for a
-prior pair.
+of their ancestors' artifacts in the same executions (the cost of running the prefixes; for
+plan-prefix actions, of every run of the two sub-plans); 0 for a prior pair.
 
 This module is the comparator; the work is split by purpose: :mod:`orchrm.pair_engine` (the
 artifact table as integer codes: candidate pairs are enumerated with ``np.repeat`` arithmetic,
@@ -302,7 +306,10 @@ class PairwiseComparator:
         if self._enabled("correct-over-incorrect") or self._enabled("specialized-over-base"):
             self._plan_pairs(art, cands)
         if self._enabled("intermediate"):
-            self._node_pairs(art, cands)
+            if self.config.intermediate_action == "plan_prefix":
+                self._prefix_plan_pairs(art, cands)
+            else:
+                self._node_pairs(art, cands)
         c = cands.concat()
         stats = {"artifacts": n, "candidates": dict(cands.considered)}
         kept, stats = self._select(c, stats)
@@ -397,6 +404,31 @@ class PairwiseComparator:
             rejected=cl,
             margin=np.abs(d),
             tokens=prefix_tokens[cw] + prefix_tokens[cl],
+        )
+
+    def _prefix_plan_pairs(self, art: ArtifactCodes, cands: _Candidates) -> None:
+        """Intermediate pairs whose actions are sub-plans (``intermediate_action="plan_prefix"``):
+        the same states as :meth:`_node_pairs`, one entry per distinct sub-plan of a state."""
+        cfg = self.config
+        g = art.prefix_groups()
+        left, right = within_group_pairs(combine_codes(g.task, g.state))
+        if not len(left):
+            return
+        cands.considered["intermediate"] += len(left)
+        d = g.quality[left] - g.quality[right]
+        keep = (np.abs(d) >= cfg.min_margin - MARGIN_SLACK) & (d != 0)
+        a, b, d = left[keep], right[keep], d[keep]
+        cw, cl = np.where(d > 0, a, b), np.where(d > 0, b, a)
+        cands.add(
+            1,
+            task=g.task[cw],
+            prompt=art.plan_prompt_key[g.task[cw]],
+            chosen_text=g.text[cw],
+            rejected_text=g.text[cl],
+            chosen=g.artifact[cw],
+            rejected=g.artifact[cl],
+            margin=np.abs(d),
+            tokens=g.tokens[cw] + g.tokens[cl],
         )
 
     # selection -----------------------------------------------------------------------------------

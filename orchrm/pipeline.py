@@ -339,6 +339,9 @@ def collect_stage(
         workers=collect.workers,
         noise=sandbox,
         orchestrators=collect.orchestrators,
+        mode=collect.mode,
+        branches=collect.branches,
+        branch_depth=collect.branch_depth,
         progress=progress,
     )
     path = write_table(df, Path(data_dir) / "collect" / key / "artifacts.parquet")
