@@ -77,7 +77,11 @@ class LoopState:
         if record.val_loss is None:  # nothing to validate on: the latest epoch is the best
             self.best_epoch = record.epoch
             return True
-        if self.best_val_loss is None or record.val_loss < self.best_val_loss - cfg.min_delta:
+        if cfg.monitor == "val_accuracy":
+            better = self.best_val_accuracy is None or record.val_accuracy > self.best_val_accuracy + cfg.min_delta
+        else:
+            better = self.best_val_loss is None or record.val_loss < self.best_val_loss - cfg.min_delta
+        if better:
             self.best_epoch, self.best_val_loss, self.best_val_accuracy = record.epoch, record.val_loss, record.val_accuracy
             self.bad_evals = 0
             return True

@@ -185,9 +185,13 @@ class TrainConfig(_Frozen):
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     lr_schedule: Literal["linear", "cosine", "constant"] = "linear"
     grad_clip: float = Field(1.0, gt=0, allow_inf_nan=False)
-    #: stop after this many evaluations without a lower validation loss (a few dozen validation
+    #: stop after this many evaluations without a better ``monitor`` (a few dozen validation
     #: tasks give a noisy loss: at 3 the sweep's scratch runs stopped at epoch 6, still learning)
     patience: int = Field(6, ge=1)
+    #: what early stopping and the best weights follow: ``val_loss`` (lower is better) or
+    #: ``val_accuracy`` (higher is better; ties keep the earlier epoch). On noisy 0/1 outcomes the
+    #: validation loss can rise while the ranking still improves (issue 17)
+    monitor: Literal["val_loss", "val_accuracy"] = "val_loss"
     min_delta: float = Field(0.0, ge=0, allow_inf_nan=False)
     #: put the best validation weights back into the model when training ends
     restore_best: bool = True

@@ -314,6 +314,18 @@ def test_early_stopping_restores_the_best_weights(small_pairs, tiny_model_kwargs
     assert best_loss == pytest.approx(result.best_val_loss, rel=1e-4)
 
 
+def test_monitor_val_accuracy_keeps_the_epoch_that_ranks_validation_pairs_best(small_pairs, tiny_model_kwargs):
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    result = Trainer(model=model, patience=3, monitor="val_accuracy", **SMALL).train(pairs=small_pairs, epochs=6)
+    accuracies = [r.val_accuracy for r in result.history]
+    first_best = accuracies.index(max(accuracies)) + 1  # ties keep the earlier epoch
+    assert result.best_epoch == first_best and result.best_val_accuracy == max(accuracies)
+    val_rows = small_pairs[small_pairs["split"] == "val"]
+    r_c = model.score(val_rows["prompt"].tolist(), val_rows["chosen"].tolist())
+    r_r = model.score(val_rows["prompt"].tolist(), val_rows["rejected"].tolist())
+    assert (r_c > r_r).float().mean().item() == pytest.approx(result.best_val_accuracy)
+
+
 def test_callbacks_see_the_run(small_pairs, tiny_model_kwargs):
     class Recorder(TrainCallback):
         def __init__(self):
