@@ -28,6 +28,7 @@ BENCHES = {
     "latency": "bench_latency.py",
     "train": "bench_train.py",
     "best_of_n": "bench_best_of_n.py",
+    "token_efficiency": "bench_token_efficiency.py",
 }
 
 
