@@ -86,6 +86,7 @@ def default_model_and_pairs(config, *, threads: int | None) -> tuple[object, obj
         t0 = time.perf_counter()
         artifacts = collect(domains=c.domains, tasks_per_domain=c.tasks_per_domain, plans_per_task=c.plans_per_task, seed=c.seed,
                             source=dict(c.sources) or None, workers=c.workers, noise=config.sandbox, orchestrators=c.orchestrators,
+                            mode=c.mode, branches=c.branches, branch_depth=c.branch_depth, repeats=c.repeats,
                             progress=False)
         pairs = build_pairs(artifacts, config.pairs)
         write_table(pairs, pairs_path)

@@ -60,6 +60,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         mode=args.mode or cfg.collect.mode,
         branches=args.branches or cfg.collect.branches,
         branch_depth=cfg.collect.branch_depth if args.branch_depth is None else args.branch_depth,
+        repeats=args.repeats or cfg.collect.repeats,
         progress=not args.quiet,
     )
     print(summarize(df))
@@ -257,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="branch mode: deepest plan depth that runs; 0 = only each plan's first step, d > 0 branches every "
         "prefix of the level above (up to branches^(d+1) prefix runs per task). Default: the config's, 0",
+    )
+    p.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=None,
+        help="executions of every plan per task, each its own run: pairs then compare mean qualities, so labels "
+        "follow expected rather than lucky quality, for that many times the tokens (default: the config's, 1)",
     )
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: one per CPU core)")
     p.add_argument("--config", default=None, help="YAML config (sandbox noise, samplers); default: built-in defaults")

@@ -168,8 +168,10 @@ def run_tasks(
     mode: str = "full",
     branches: int = 16,
     branch_depth: int = 0,
+    repeats: int = 1,
 ) -> list[dict]:
-    """Artifact rows of all candidate plans of ``tasks`` (runs in a worker process)."""
+    """Artifact rows of all candidate plans of ``tasks``, each executed ``repeats`` times (runs in
+    a worker process)."""
     ex = worker_executor(noise)
     rows: list[dict] = []
     for task in tasks:
@@ -178,17 +180,26 @@ def run_tasks(
         else:
             runs = [Branch(name, plan, stop_after_depth) for name, plan in plans_for_task(task, plans_per_task, seed, shares)]
         for b in runs:
-            run = ex.run_plan(
-                task,
-                b.plan,
-                seed=seed,
-                orchestrator=b.orchestrator,
-                run_id=run_id,
-                created_at=created_at,
-                stop_after_depth=b.stop_after_depth,
-            )
-            rows.extend(run.rows)
+            for r in range(repeats):
+                run = ex.run_plan(
+                    task,
+                    b.plan,
+                    seed=seed,
+                    repeat=r,
+                    orchestrator=b.orchestrator,
+                    run_id=repeat_run_id(run_id, r),
+                    created_at=created_at,
+                    stop_after_depth=b.stop_after_depth,
+                )
+                rows.extend(run.rows)
     return rows
+
+
+def repeat_run_id(run_id: str, repeat: int) -> str:
+    """The run id of execution ``repeat`` of a collection: the first keeps the collection's own
+    (a collection with ``repeats=1`` is the first execution of one with more), the others add
+    ``-r<repeat>``. Each execution is its own run, so node pairs never mix two executions."""
+    return run_id if repeat == 0 else f"{run_id}-r{repeat}"
 
 
 def parse_sources(text: str) -> str | dict[str, str]:
@@ -261,6 +272,7 @@ def collect(
     mode: str = "full",
     branches: int = 16,
     branch_depth: int = 0,
+    repeats: int = 1,
     progress: bool = True,
 ) -> pd.DataFrame:
     """Run ``plans_per_task`` candidate plans on each task and return the artifact table.
@@ -270,6 +282,10 @@ def collect(
     depth ``branch_depth`` (:func:`branch_plans`; ``plans_per_task`` is then unused). Its rows
     are artifact rows like any other (``plan_text`` the whole plan, nodes past the stop depth
     absent), so :func:`orchrm.pairs.build_pairs` reads them unchanged.
+
+    ``repeats`` executes every plan (or prefix) that many times, each execution its own run
+    (:func:`repeat_run_id`): pairs then compare a plan's mean quality over its executions, so labels
+    follow expected rather than lucky quality, for ``repeats`` times the tokens (issue 17).
 
     ``tasks`` overrides ``domains``/``tasks_per_domain``/``source``; a task id given twice is
     refused (its artifacts would share ids). ``workers`` defaults to the number of CPU cores;
@@ -282,6 +298,8 @@ def collect(
             raise ConfigError("stop_after_depth is for mode='full'; the branch mode stops every plan itself: set branch_depth")
         if branches < 2 or branch_depth < 0:
             raise ConfigError(f"branch mode needs branches >= 2 (got {branches}) and branch_depth >= 0 (got {branch_depth})")
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ConfigError(f"repeats must be a whole number >= 1 (executions of every plan), got {repeats!r}")
     shares = dict(orchestrators or {"base": 0.5, "specialized": 0.5})
     if tasks is None:
         tasks = load_domain_tasks(domains, tasks_per_domain, seed, source)
@@ -307,6 +325,7 @@ def collect(
         mode=mode,
         branches=branches,
         branch_depth=branch_depth,
+        repeats=repeats,
     )
     workers = workers or os.cpu_count() or 1
     chunk = max(1, min(16, len(tasks) // (workers * 4) or 1))

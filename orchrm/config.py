@@ -48,6 +48,10 @@ class CollectConfig(_Frozen):
     #: branch mode: the deepest plan depth that runs; 0 = only every plan's first step. Level d
     #: branches every prefix of level d - 1: up to branches ** (d + 1) prefix runs per task
     branch_depth: int = Field(0, ge=0, le=8)
+    #: executions of every plan per task, each its own run: plan pairs compare a plan's mean
+    #: quality over them, so labels follow expected rather than lucky quality (issue 17), for
+    #: ``repeats`` times the collection tokens
+    repeats: int = Field(1, ge=1, le=16)
 
     @field_validator("orchestrators")
     @classmethod

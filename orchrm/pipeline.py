@@ -342,6 +342,7 @@ def collect_stage(
         mode=collect.mode,
         branches=collect.branches,
         branch_depth=collect.branch_depth,
+        repeats=collect.repeats,
         progress=progress,
     )
     path = write_table(df, Path(data_dir) / "collect" / key / "artifacts.parquet")

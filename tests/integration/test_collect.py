@@ -10,7 +10,7 @@ import pytest
 from orchrm.agents.sandbox.engine import RESULTS_MARKER
 from orchrm.agents.sandbox.noise import NoiseConfig, TierConfig
 from orchrm.collect import collect
-from orchrm.errors import TaskError
+from orchrm.errors import ConfigError, TaskError
 from orchrm.plans import Plan
 from orchrm.tasks import load_tasks
 from orchrm.tokens import count_tokens
@@ -113,6 +113,39 @@ def test_the_noise_config_is_part_of_the_run_and_artifact_ids():
     other = collect(noise=pricey, **kwargs)
     assert other.run_id.nunique() == 1 and other.run_id.iloc[0] != default.run_id.iloc[0]
     assert set(other.artifact_id).isdisjoint(default.artifact_id)
+
+
+def test_repeats_execute_every_plan_again_as_runs_of_their_own_and_the_first_is_the_single_collection():
+    kwargs = dict(domains=["math", "code"], tasks_per_domain=3, plans_per_task=3, seed=4, workers=1, progress=False)
+    once = collect(**kwargs)
+    thrice = collect(repeats=3, **kwargs)
+    base = once.run_id.iloc[0]
+    assert sorted(thrice.run_id.unique()) == sorted([base, f"{base}-r1", f"{base}-r2"])
+    assert thrice.artifact_id.is_unique
+    finals = thrice[thrice.is_final]
+    assert finals.groupby(["task_id", "plan_id"]).run_id.nunique().eq(3).all()
+    first = thrice[thrice.run_id == base].reset_index(drop=True)
+    pd.testing.assert_frame_equal(first.drop(columns="created_at"), once.drop(columns="created_at"))
+    # the re-executions are independent draws, not copies
+    assert not thrice.groupby(["task_id", "plan_id", "node_id"]).content.nunique().eq(1).all()
+
+
+def test_plan_pairs_from_repeated_runs_compare_mean_qualities():
+    from orchrm.config import PairsConfig
+    from orchrm.pairs import build_pairs
+
+    artifacts = collect(domains=["math"], tasks_per_domain=4, plans_per_task=4, seed=5, repeats=3, workers=1, progress=False)
+    mean = artifacts[artifacts.is_final].groupby(["task_id", "plan_text"]).quality.mean()
+    config = PairsConfig(granularity=("plan",), sources=("correct-over-incorrect",), max_pairs_per_task=None)
+    pairs = build_pairs(artifacts, config)
+    assert len(pairs) > 0
+    for p in pairs.itertuples():
+        assert p.margin == pytest.approx(mean[(p.task_id, p.chosen)] - mean[(p.task_id, p.rejected)])
+
+
+def test_repeats_must_be_a_whole_number_at_least_one():
+    with pytest.raises(ConfigError, match="repeats must be a whole number >= 1"):
+        collect(domains=["math"], tasks_per_domain=1, plans_per_task=2, repeats=0, workers=1, progress=False)
 
 
 def test_prefix_collection_spends_fewer_tokens():
