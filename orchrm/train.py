@@ -16,8 +16,8 @@ is per rank. Only rank 0 reports to callbacks, shows progress and writes files; 
 to a file or a pipe is a line per epoch (:mod:`orchrm.progress`).
 
 Checkpoints (with ``checkpoint_dir``; their format and resume: :mod:`orchrm.checkpoints`):
-``last.safetensors`` after every evaluation and ``best.safetensors`` when the validation loss
-improves. A NaN or infinite loss raises :class:`TrainingError` before the bad update is applied and
+``last.safetensors`` after every evaluation and ``best.safetensors`` when the monitored validation
+figure (``TrainConfig.monitor``: the loss unless set to accuracy) improves. A NaN or infinite loss raises :class:`TrainingError` before the bad update is applied and
 leaves both files as they were.
 """
 
@@ -86,8 +86,8 @@ class TrainResult:
 
     ``pairs_per_second`` counts training pairs (all ranks) per second of training steps in this
     call (evaluation and checkpoints excluded). ``model`` is the trained model (best validation
-    weights when ``restore_best``). ``stopped_early``: the validation loss did not improve for
-    ``patience`` evaluations, which may have happened at the last epoch, with every epoch run.
+    weights when ``restore_best``). ``stopped_early``: the monitored validation figure did not
+    improve for ``patience`` evaluations, which may have happened at the last epoch, with every epoch run.
     """
 
     history: list[EpochRecord]

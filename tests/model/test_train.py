@@ -303,7 +303,7 @@ def test_early_stopping_restores_the_best_weights(small_pairs, tiny_model_kwargs
     flipped = _contradicting_validation(small_pairs)
     val = flipped["split"] == "val"
     model = BradleyTerryModel(**tiny_model_kwargs)
-    result = Trainer(model=model, patience=2, **SMALL).train(pairs=flipped, epochs=12)
+    result = Trainer(model=model, patience=2, monitor="val_loss", **SMALL).train(pairs=flipped, epochs=12)
     assert result.stopped_early and len(result.history) < 12
     assert result.best_epoch == min(range(len(result.history)), key=lambda i: result.history[i].val_loss) + 1
     val_rows = flipped[val]
