@@ -692,7 +692,8 @@ def run_pipeline(
                 say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks")
         else:
             c = config.collect
-            with clock.stage("collect", f"1/8 collect: {c.tasks_per_domain} tasks x {c.plans_per_task} plans in {', '.join(c.domains)}"):
+            runs = f" x {c.repeats} executions" if c.repeats > 1 else ""
+            with clock.stage("collect", f"1/8 collect: {c.tasks_per_domain} tasks x {c.plans_per_task} plans{runs} in {', '.join(c.domains)}"):
                 artifacts = _call(stages.collect, c, config.sandbox, data_dir=data_dir, code_version=version, progress=progress)
                 say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks: {artifacts.path}")
         with clock.stage("validate-artifacts", "2/8 validate artifacts (Great Expectations)"):
