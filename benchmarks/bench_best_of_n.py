@@ -65,11 +65,11 @@ def _source_digest() -> str:
 
 
 def default_model_and_pairs(config, *, threads: int | None) -> tuple[object, object, dict]:
-    """Collect, build pairs and train with ``config`` (cached under ``.orchrm/bench`` by the config
-    and the package's source); returns (model, pairs, info)."""
+    """Collect, build pairs and train with ``config`` (cached under ``.orchrm/bench`` by the settings
+    each depends on and the package's source); returns (model, pairs, info)."""
     import torch
 
-    from orchrm.collect import collect
+    from orchrm.collect import collect_from_config
     from orchrm.model import BradleyTerryModel
     from orchrm.pairs import build_pairs
     from orchrm.traces import read_table, write_table
@@ -77,17 +77,17 @@ def default_model_and_pairs(config, *, threads: int | None) -> tuple[object, obj
 
     if threads:
         torch.set_num_threads(threads)
-    key = hashlib.sha256((config.model_dump_json() + _source_digest()).encode()).hexdigest()[:12]
-    pairs_path, model_path = CACHE / f"best_of_n-pairs-{key}.parquet", CACHE / f"best_of_n-model-{key}.safetensors"
-    c = config.collect
+    digest = _source_digest()
+    key = hashlib.sha256((config.model_dump_json() + digest).encode()).hexdigest()[:12]
+    # the pairs depend on the collection, the sandbox and the pair settings only: encoders share them
+    data = config.collect.model_dump_json() + config.sandbox.model_dump_json() + config.pairs.model_dump_json() + digest
+    pairs_key = hashlib.sha256(data.encode()).hexdigest()[:12]
+    pairs_path, model_path = CACHE / f"best_of_n-pairs-{pairs_key}.parquet", CACHE / f"best_of_n-model-{key}.safetensors"
     if pairs_path.exists():
         pairs = read_table(pairs_path)
     else:
         t0 = time.perf_counter()
-        artifacts = collect(domains=c.domains, tasks_per_domain=c.tasks_per_domain, plans_per_task=c.plans_per_task, seed=c.seed,
-                            source=dict(c.sources) or None, workers=c.workers, noise=config.sandbox, orchestrators=c.orchestrators,
-                            mode=c.mode, branches=c.branches, branch_depth=c.branch_depth, repeats=c.repeats,
-                            progress=False)
+        artifacts = collect_from_config(config.collect, config.sandbox, progress=False)
         pairs = build_pairs(artifacts, config.pairs)
         write_table(pairs, pairs_path)
         print(f"collected {len(artifacts)} artifacts -> {len(pairs)} pairs in {time.perf_counter() - t0:.0f} s", file=sys.stderr)

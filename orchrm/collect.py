@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchrm.config import CollectConfig
 from orchrm.errors import CollectionError, ConfigError, TaskError
 from orchrm.executor import MultiAgentExecutor
 from orchrm.orchestrators import get_sampler
@@ -356,6 +357,26 @@ def collect(
         bar.close()
     rows = [r for i in range(len(chunks)) for r in results[i]]
     return artifacts_frame(rows)
+
+
+def collect_from_config(config: CollectConfig, noise: NoiseConfig | None = None, *, progress: bool = True) -> pd.DataFrame:
+    """:func:`collect` with every setting of ``config`` (the one place that maps the config's
+    fields to its arguments: the pipeline, ``orchrm collect`` and the benchmarks call this)."""
+    return collect(
+        domains=config.domains,
+        tasks_per_domain=config.tasks_per_domain,
+        plans_per_task=config.plans_per_task,
+        seed=config.seed,
+        source=dict(config.sources) or None,
+        workers=config.workers,
+        noise=noise,
+        orchestrators=config.orchestrators,
+        mode=config.mode,
+        branches=config.branches,
+        branch_depth=config.branch_depth,
+        repeats=config.repeats,
+        progress=progress,
+    )
 
 
 def collect_to_file(out: str | os.PathLike, **kwargs) -> pd.DataFrame:

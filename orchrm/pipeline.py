@@ -326,25 +326,11 @@ def collect_stage(
     the code version), so the flows can cache this stage on its inputs and a cached result's
     file is the one those inputs wrote.
     """
-    from orchrm.collect import collect as run_collect
+    from orchrm.collect import collect_from_config
     from orchrm.traces import write_table
 
     key = _key(collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version)
-    df = run_collect(
-        domains=collect.domains,
-        tasks_per_domain=collect.tasks_per_domain,
-        plans_per_task=collect.plans_per_task,
-        seed=collect.seed,
-        source=dict(collect.sources) or None,
-        workers=collect.workers,
-        noise=sandbox,
-        orchestrators=collect.orchestrators,
-        mode=collect.mode,
-        branches=collect.branches,
-        branch_depth=collect.branch_depth,
-        repeats=collect.repeats,
-        progress=progress,
-    )
+    df = collect_from_config(collect, sandbox, progress=progress)
     path = write_table(df, Path(data_dir) / "collect" / key / "artifacts.parquet")
     return Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()), origin="sandbox")
 

@@ -143,6 +143,16 @@ def test_plan_pairs_from_repeated_runs_compare_mean_qualities():
         assert p.margin == pytest.approx(mean[(p.task_id, p.chosen)] - mean[(p.task_id, p.rejected)])
 
 
+def test_collect_from_config_runs_every_setting_of_the_config():
+    from orchrm.collect import collect_from_config
+    from orchrm.config import CollectConfig
+
+    cfg = CollectConfig(domains=("math",), tasks_per_domain=2, plans_per_task=3, seed=9, repeats=2, workers=1)
+    direct = collect(domains=["math"], tasks_per_domain=2, plans_per_task=3, seed=9, repeats=2, workers=1, progress=False)
+    pd.testing.assert_frame_equal(collect_from_config(cfg, progress=False).drop(columns="created_at"),
+                                  direct.drop(columns="created_at"))
+
+
 def test_repeats_must_be_a_whole_number_at_least_one():
     with pytest.raises(ConfigError, match="repeats must be a whole number >= 1"):
         collect(domains=["math"], tasks_per_domain=1, plans_per_task=2, repeats=0, workers=1, progress=False)
