@@ -6,8 +6,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 TORCH_VERSION ?= 2.13.0
 EXTRAS ?= dev
 # telemetry off, no downloads: the one list the CLI, the tests and the benchmarks also apply
-include orchrm/offline.env
-export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' orchrm/offline.env)
+include orchrm/util/offline.env
+export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' orchrm/util/offline.env)
 
 .PHONY: install demo serve test test-fast bench report lint clean help
 

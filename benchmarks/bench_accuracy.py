@@ -1,7 +1,7 @@
 """Held-out plan-level pairwise accuracy per domain and encoder, on the sandbox (issue 4).
 
-Collects ``--tasks`` tasks per domain with 8 candidate plans each (``orchrm.collect.collect``),
-builds pairs (``orchrm.pairs.build_pairs``: plan and node pairs, splits by task), trains a reward
+Collects ``--tasks`` tasks per domain with 8 candidate plans each (``orchrm.execution.collect.collect``),
+builds pairs (``orchrm.data.pairs.build_pairs``: plan and node pairs, splits by task), trains a reward
 model per encoder on the ``train`` split (early stopping on ``val``), and reports the pairwise
 accuracy on the **test tasks** (never seen in training), per domain, for plan-level pairs (the
 figure of interest) and node-level pairs, with the number of pairs and tasks behind each figure
@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from orchrm.offline import apply_offline_env  # noqa: E402
+from orchrm.util.offline import apply_offline_env  # noqa: E402
 
-apply_offline_env()  # telemetry off, no downloads (orchrm/offline.env), before the libraries read them
+apply_offline_env()  # telemetry off, no downloads (orchrm/util/offline.env), before the libraries read them
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -35,7 +35,7 @@ import pandas as pd  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from results_io import git_commit, machine, write_json, write_text  # noqa: E402
 
-from orchrm.evaluation import accuracy_table  # noqa: E402
+from orchrm.evaluation.metrics import accuracy_table  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(".orchrm") / "bench"
@@ -53,9 +53,9 @@ def sandbox_pairs(tasks_per_domain: int, plans: int = 8, seed: int = 0, *, cache
     """The pair table of a sandbox collection, cached by its arguments and the package's source
     (a table built by other code is never reused)."""
     import orchrm
-    from orchrm.collect import collect
-    from orchrm.pairs import build_pairs
-    from orchrm.traces import read_table, write_table
+    from orchrm.data.pairs import build_pairs
+    from orchrm.data.tables import read_table, write_table
+    from orchrm.execution.collect import collect
 
     source = hashlib.sha256()
     for file in sorted(Path(orchrm.__file__).parent.rglob("*.py")):
@@ -155,7 +155,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
 
     from orchrm import BradleyTerryModel, Trainer
-    from orchrm.evaluation import score_pairs
+    from orchrm.evaluation.metrics import score_pairs
 
     pairs = sandbox_pairs(args.tasks, 8, args.seed)
     test = pairs[pairs["split"] == "test"].reset_index(drop=True)

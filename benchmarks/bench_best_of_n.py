@@ -69,11 +69,11 @@ def default_model_and_pairs(config, *, threads: int | None) -> tuple[object, obj
     each depends on and the package's source); returns (model, pairs, info)."""
     import torch
 
-    from orchrm.collect import collect_from_config
-    from orchrm.model import BradleyTerryModel
-    from orchrm.pairs import build_pairs
-    from orchrm.traces import read_table, write_table
-    from orchrm.train import fit
+    from orchrm.data.pairs import build_pairs
+    from orchrm.data.tables import read_table, write_table
+    from orchrm.execution.collect import collect_from_config
+    from orchrm.model.reward_model import BradleyTerryModel
+    from orchrm.model.trainer import fit
 
     if threads:
         torch.set_num_threads(threads)
@@ -240,7 +240,7 @@ def markdown(result: dict) -> str:
 def cached_pool(config, *, progress: bool = False):
     """The held-out pool of ``config.evaluate`` (cached under ``.orchrm/bench`` by everything that
     changes its rows and the package's source); returns (pool, seconds spent building it, 0 when cached)."""
-    from orchrm.evaluation import CandidatePool, build_pool
+    from orchrm.evaluation.pool import CandidatePool, build_pool
 
     parts = (config.evaluate.model_dump_json(), config.collect.model_dump_json(), config.sandbox.model_dump_json(), _source_digest())
     path = CACHE / f"best_of_n-pool-{hashlib.sha256(''.join(parts).encode()).hexdigest()[:12]}.parquet"
@@ -255,7 +255,7 @@ def cached_pool(config, *, progress: bool = False):
 def real_sources(domains) -> dict[str, str]:
     """The real data set of each domain that can be read here (``$ORCHRM_DATA_DIR``); {} when only
     the code domain's (HumanEval, its built-in source anyway) is."""
-    from orchrm.tasks.base import load_tasks
+    from orchrm.execution.tasks.base import load_tasks
 
     found = {}
     for domain in domains:
@@ -270,7 +270,7 @@ def real_sources(domains) -> dict[str, str]:
 
 def run_variant(config, *, threads: int | None) -> dict:
     """Train (or load from the cache) the model of ``config``, build its pool, evaluate it."""
-    from orchrm.evaluation import evaluate
+    from orchrm.evaluation.harness import evaluate
 
     model, pairs, info = default_model_and_pairs(config, threads=threads)
     pool, pool_seconds = cached_pool(config)
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from orchrm.config import load_config, with_overrides
-    from orchrm.model import BradleyTerryModel
+    from orchrm.model.reward_model import BradleyTerryModel
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     })
     config = base.model_copy(update={"evaluate": evaluate_cfg})
     if args.model:
-        from orchrm.evaluation import evaluate
+        from orchrm.evaluation.harness import evaluate
 
         model, info = BradleyTerryModel.load(args.model), {"trained": f"loaded from {args.model}"}
         _, pairs, extra = default_model_and_pairs(config, threads=args.threads)

@@ -4,7 +4,7 @@ Two figures per domain, measured in one run:
 
 - ``single``: one process, warm (domain state, BM25 indexes, code sandbox ready), executing
   ``--plans`` candidate plans on each of ``--tasks`` tasks, quality included;
-- ``parallel``: ``orchrm.collect.collect`` with ``--workers`` processes, end to end (process
+- ``parallel``: ``orchrm.execution.collect.collect`` with ``--workers`` processes, end to end (process
   start-up, task loading and building the DataFrame included).
 
 Targets (DESIGN / issue 2, on a 2-core machine): >= 200/s for math, multihop and webqa, >= 20/s
@@ -39,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "collect.json"))
     args = ap.parse_args(argv)
 
-    from orchrm.collect import collect, plans_for_task
-    from orchrm.executor import MultiAgentExecutor
-    from orchrm.tasks import load_tasks
+    from orchrm.execution.collect import collect, plans_for_task
+    from orchrm.execution.executor import MultiAgentExecutor
+    from orchrm.execution.tasks import load_tasks
 
     report = {**provenance(command_line("benchmarks/bench_collect.py", ap, args)), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
     for domain in args.domains:

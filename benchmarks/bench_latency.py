@@ -26,15 +26,15 @@ import sys
 import time
 from pathlib import Path
 
-from orchrm.offline import apply_offline_env  # noqa: E402
+from orchrm.util.offline import apply_offline_env  # noqa: E402
 
-apply_offline_env()  # telemetry off, no downloads (orchrm/offline.env), before the libraries read them
+apply_offline_env()  # telemetry off, no downloads (orchrm/util/offline.env), before the libraries read them
 
 import torch  # noqa: E402
 
 from orchrm import BradleyTerryModel  # noqa: E402
 from orchrm.config import load_config  # noqa: E402
-from orchrm.encoders import TokenBatch  # noqa: E402
+from orchrm.model.encoders import TokenBatch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results_io import command_line, cpu_model, provenance, write_json, write_text  # noqa: E402
@@ -47,8 +47,8 @@ TARGET_N, TARGET_P50_MS = 8, 30.0
 
 def questions_with_plans(per_domain: int, plans: int, seed: int) -> list[tuple[str, list[str]]]:
     """(question, ``plans`` distinct plan texts) for ``per_domain`` built-in tasks of each domain."""
-    from orchrm.orchestrators import BaseSampler
-    from orchrm.tasks import BUILTIN_DOMAINS, load_tasks
+    from orchrm.execution.samplers import BaseSampler
+    from orchrm.execution.tasks import BUILTIN_DOMAINS, load_tasks
 
     rng, sampler, out = random.Random(seed), BaseSampler(), []
     for domain in BUILTIN_DOMAINS:

@@ -8,7 +8,7 @@ Three measurements (issue 3), written to ``benchmarks/results/pairs.json`` and `
 2. **Validation time**: ``validate_pairs`` (Great Expectations, the ``expectations/pairs.json``
    suite, Data Docs included) on 100k pairs. Target: under 15 s.
 3. **Collection tokens per usable pair**, per domain, from real sandbox collections
-   (``orchrm.collect.collect``): ``intermediate`` pairs need only plan *prefixes* to run (the
+   (``orchrm.execution.collect.collect``): ``intermediate`` pairs need only plan *prefixes* to run (the
    depth-0 nodes), ``correct-over-incorrect`` pairs need full rollouts. For each source we count
    the tokens of the distinct artifacts the kept pairs rest on (prefix artifacts only for
    ``intermediate`` pairs: the node and its ancestors; every artifact of both executions for
@@ -136,7 +136,7 @@ def synthetic_artifacts(n_artifacts: int, *, plans_per_task: int = 8, seed: int 
 
 
 def bench_build(n_artifacts: int, target_pairs: int, seed: int) -> tuple[dict, pd.DataFrame]:
-    from orchrm.pairs import PairwiseComparator
+    from orchrm.data.pairs import PairwiseComparator
 
     t0 = time.perf_counter()
     artifacts = synthetic_artifacts(n_artifacts, seed=seed)
@@ -173,7 +173,7 @@ def bench_validate(pairs: pd.DataFrame, n_pairs: int) -> dict:
     """Wall time of ``validate_pairs`` (derived columns, GX, result JSON and Data Docs) on
     ``n_pairs`` pairs: the first call in the process (GX imported inside it) and the best of two
     warm calls."""
-    from orchrm.validation import validate_pairs
+    from orchrm.data.validation import validate_pairs
 
     sample = pairs.head(n_pairs).reset_index(drop=True)
     times = []
@@ -233,8 +233,8 @@ def _distinct_tokens(artifacts: pd.DataFrame, pairs: pd.DataFrame, source: str) 
 
 
 def bench_collection_tokens(domains: list[str], tasks: int, plans: int, seed: int) -> dict:
-    from orchrm.collect import collect
-    from orchrm.pairs import PairwiseComparator
+    from orchrm.data.pairs import PairwiseComparator
+    from orchrm.execution.collect import collect
 
     out = {}
     for domain in domains:

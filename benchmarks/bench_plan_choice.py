@@ -46,8 +46,8 @@ REAL_SOURCES = {"math": "gsm8k", "multihop": "strategyqa", "webqa": "squad"}
 
 def _cot_baselines(task, repeats: int, seed: int) -> dict[str, float]:
     """Expected quality of a single CoT call on each tier (``orchrm.evaluation.expected_quality``)."""
-    from orchrm.evaluation import expected_quality
-    from orchrm.executor import MultiAgentExecutor
+    from orchrm.evaluation.pool import expected_quality
+    from orchrm.execution.executor import MultiAgentExecutor
     from orchrm.plans import Plan
 
     global _EX
@@ -63,7 +63,7 @@ def evaluate_tasks(tasks, n_plans: int, repeats: int, seed: int, workers: int, p
     """Per task: each of ``n_plans`` base-sampler candidates with its expected quality and cost
     from ``repeats`` re-runs (``orchrm.evaluation.build_pool``), and the CoT baselines."""
     from orchrm.config import config_from_dict
-    from orchrm.evaluation import build_pool
+    from orchrm.evaluation.pool import build_pool
     from orchrm.plans import Plan
 
     cfg = config_from_dict({"collect": {"workers": workers},
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     use_sibling_data()
 
     from orchrm.errors import TaskError
-    from orchrm.tasks import load_tasks
+    from orchrm.execution.tasks import load_tasks
 
     report: dict = {**provenance(command_line("benchmarks/bench_plan_choice.py", ap, args)), "repeats": args.repeats, "plans": args.plans, "seed": args.seed, "domains": {}}
     rows = []

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchrm.offline import apply_offline_env  # noqa: E402
+from orchrm.util.offline import apply_offline_env  # noqa: E402
 
 apply_offline_env()  # telemetry off, no downloads, before MLflow and transformers read them
 
@@ -70,9 +70,9 @@ print(json.dumps({{"import_s": t1 - t0, "mlflow_import_s": t15 - t1, "load_s": t
 
 def registry_with_champion(root: Path, model) -> tuple[str, str]:
     """A SQLite registry under ``root`` whose champion is ``model``; returns (tracking URI, model URI)."""
-    from orchrm import registry
     from orchrm.config import PipelineConfig
-    from orchrm.evaluation import GateResult, Verdict
+    from orchrm.evaluation.gates import GateResult, Verdict
+    from orchrm.ops import registry
 
     config = PipelineConfig(data_dir=str(root / "data"))
     registry.configure(config)

@@ -56,7 +56,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).parent))
 from results_io import command_line, machine, provenance, write_json, write_text  # noqa: E402
 
-from orchrm.fileio import atomic_write_bytes  # noqa: E402
+from orchrm.util.fileio import atomic_write_bytes  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 N = 5  # best-of-N read for the primary figure
@@ -104,7 +104,8 @@ def held_out_pairs(pool) -> pd.DataFrame:
 def per_task_quality(model, pool) -> pd.Series:
     """Best-of-:data:`N` expected quality of the reward model's pick per task (mean over pool
     seeds), through :func:`orchrm.evaluation.best_of_n_picks`: the figure evaluate() reports."""
-    from orchrm.evaluation import best_of_n_picks, score_texts
+    from orchrm.evaluation.metrics import score_texts
+    from orchrm.evaluation.selectors import best_of_n_picks
 
     frame = pool.frame.assign(reward=score_texts(model, pool.frame["question"], pool.frame["plan_text"]))
     picks = best_of_n_picks(frame, N)
@@ -114,8 +115,8 @@ def per_task_quality(model, pool) -> pd.Series:
 
 def train_and_evaluate(pairs: pd.DataFrame, *, pool, held_out: pd.DataFrame, evaluate_cfg, seed: int) -> dict:
     from orchrm.config import ModelConfig, TrainConfig
-    from orchrm.evaluation import evaluate
-    from orchrm.train import fit
+    from orchrm.evaluation.harness import evaluate
+    from orchrm.model.trainer import fit
 
     train_pairs = int((pairs["split"] == "train").sum())
     epochs = int(min(20, max(4, math.ceil(MIN_PAIR_VISITS / max(train_pairs, 1)))))
@@ -155,7 +156,7 @@ def pair_counts(full: pd.DataFrame, branch: pd.DataFrame, per_domain: int) -> di
     (node pairs with neither artifact final) against the branch mode's, with tokens per pair
     (the whole collection's tokens over its pairs)."""
     from orchrm.config import PairsConfig
-    from orchrm.pairs import PairwiseComparator
+    from orchrm.data.pairs import PairwiseComparator
 
     def build(df: pd.DataFrame, source: str, action: str) -> pd.DataFrame:
         cfg = PairsConfig(sources=(source,), intermediate_action=action, max_pairs_per_task=None, test_fraction=0.0)
@@ -189,7 +190,7 @@ def pair_counts(full: pd.DataFrame, branch: pd.DataFrame, per_domain: int) -> di
 def target(curve: list[dict], per_task: dict[tuple[str, int], pd.Series], bootstrap: int) -> dict:
     """Does an intermediate point with at most :data:`FRACTION` of the largest correct-over-incorrect
     budget's tokens reach that budget's quality? Also the same check against every smaller budget."""
-    from orchrm.evaluation import bootstrap_means
+    from orchrm.evaluation.metrics import bootstrap_means
 
     coi = [r for r in curve if r["source"] == "correct-over-incorrect"]
     inter = [r for r in curve if r["source"] == "intermediate"]
@@ -426,10 +427,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from orchrm.collect import collect
     from orchrm.config import CollectConfig, EvaluateConfig, PairsConfig, PipelineConfig
-    from orchrm.evaluation import build_pool
-    from orchrm.pairs import PairwiseComparator
+    from orchrm.data.pairs import PairwiseComparator
+    from orchrm.evaluation.pool import build_pool
+    from orchrm.execution.collect import collect
 
     torch.set_num_threads(args.threads)
     # the commit and command of the code that runs, taken before the (long) run

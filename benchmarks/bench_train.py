@@ -30,9 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchrm.offline import apply_offline_env  # noqa: E402
+from orchrm.util.offline import apply_offline_env  # noqa: E402
 
-apply_offline_env()  # telemetry off, no downloads (orchrm/offline.env), before the libraries read them
+apply_offline_env()  # telemetry off, no downloads (orchrm/util/offline.env), before the libraries read them
 os.environ.setdefault("WANDB_DISABLED", "true")
 
 import numpy as np  # noqa: E402
@@ -69,7 +69,7 @@ def pairwise_accuracy(score, test: pd.DataFrame) -> float:
     """Accuracy of ``score(prompts, actions) -> np.ndarray`` on ``test``: the share of pairs whose
     chosen text scores above the rejected one, each distinct text scored once
     (``orchrm.evaluation.score_pairs``)."""
-    from orchrm.evaluation import score_pairs
+    from orchrm.evaluation.metrics import score_pairs
 
     r_c, r_r = score_pairs(score, test)
     return float((r_c > r_r).mean())

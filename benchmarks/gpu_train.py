@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from orchrm.offline import apply_offline_env  # noqa: E402
+from orchrm.util.offline import apply_offline_env  # noqa: E402
 
-apply_offline_env()  # telemetry off, no downloads (orchrm/offline.env), before the libraries read them
+apply_offline_env()  # telemetry off, no downloads (orchrm/util/offline.env), before the libraries read them
 
 import torch  # noqa: E402
 

@@ -524,7 +524,7 @@ def stale(report: Report, out_dir: Path, readme: Path) -> list[str]:
 
 def write_report(report: Report, out_dir: Path, readme: Path) -> None:
     """``results.md`` and the plots into ``out_dir``; the block into ``readme``; each file atomically."""
-    from orchrm.fileio import atomic_write_bytes
+    from orchrm.util.fileio import atomic_write_bytes
 
     for name, draw in report.plots.items():
         atomic_write_bytes(Path(out_dir) / name, draw)

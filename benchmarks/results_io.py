@@ -15,10 +15,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from orchrm.offline import apply_offline_env
-from orchrm.traces import atomic_write_bytes
+from orchrm.util.fileio import atomic_write_bytes
+from orchrm.util.offline import apply_offline_env
 
-# telemetry off, no downloads (orchrm/offline.env) in every benchmark that imports this module; the
+# telemetry off, no downloads (orchrm/util/offline.env) in every benchmark that imports this module; the
 # scripts that import a library reading these settings before this module call it first themselves
 apply_offline_env()
 

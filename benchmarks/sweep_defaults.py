@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchrm.train import TrainCallback  # noqa: E402
+from orchrm.model.trainer import TrainCallback  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -69,7 +69,7 @@ def run_one(run: Run, pairs, tickets) -> dict:
     import numpy as np
 
     from orchrm.config import ModelConfig, TrainConfig
-    from orchrm.train import fit
+    from orchrm.model.trainer import fit
     from tests.fixtures.foreign_traces import true_pair_accuracy
 
     model_config = ModelConfig(**run.model)
@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from benchmarks.results_io import git_commit, machine, write_json, write_text
-    from orchrm.pairs import build_pairs
-    from orchrm.traces import ingest_traces
+    from orchrm.data.ingest import ingest_traces
+    from orchrm.data.pairs import build_pairs
     from tests.fixtures.foreign_traces import make_tickets, traces_of
 
     torch.set_num_threads(1)

@@ -1,19 +1,18 @@
-"""Prefect flows over :mod:`orchrm.pipeline`: thin files whose tasks wrap the library's stage functions.
+"""Prefect flows over :mod:`orchrm.ops.pipeline`: thin files whose tasks wrap the library's stage functions.
 
 Each file names one stage's tasks (retries where I/O can fail, caching where a stage is a pure
 function of its inputs); :mod:`flows.pipeline` holds the parent flow ``orchrm-pipeline`` and the
 scheduled entry points (``nightly``, ``weekly``) that ``prefect.yaml`` deploys. The order of the
-stages lives in :func:`orchrm.pipeline.run_pipeline` alone.
+stages lives in :func:`orchrm.ops.pipeline.run_pipeline` alone.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from orchrm.offline import apply_offline_env
-
 # the function, not the module: the submodule flows.pipeline takes the name `pipeline` in this package
-from orchrm.pipeline import is_transient
+from orchrm.ops.pipeline import is_transient
+from orchrm.util.offline import apply_offline_env
 
 # telemetry off and no downloads also when a flow runs without make (a worker, a deployment)
 apply_offline_env()

@@ -4,6 +4,6 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flows import transient
-from orchrm import pipeline
+from orchrm.ops import pipeline
 
 build_pairs = task(pipeline.pairs_stage, name="build-pairs", cache_policy=NO_CACHE, retries=2, retry_condition_fn=transient)

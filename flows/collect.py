@@ -4,7 +4,7 @@ from prefect import task
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 
 from flows import transient
-from orchrm import pipeline
+from orchrm.ops import pipeline
 
 # cached on every input (task source, seed, plans, samplers, sandbox config, code version);
 # the results persist under the data dir (flows.pipeline.stages sets the storage)

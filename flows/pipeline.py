@@ -1,6 +1,6 @@
 """The parent flow ``orchrm-pipeline`` and the scheduled entry points that ``prefect.yaml`` deploys.
 
-``orchrm-pipeline`` runs :func:`orchrm.pipeline.run_pipeline` with the stage tasks of this package
+``orchrm-pipeline`` runs :func:`orchrm.ops.pipeline.run_pipeline` with the stage tasks of this package
 on the configured task runner, then publishes two Prefect artifacts: the markdown report (gate
 verdict with every figure and threshold, pairwise and best-of-N tables) and a link to the MLflow
 run. ``orchrm-nightly`` is the same on the new traces of a folder; ``orchrm-weekly-reevaluation``
@@ -20,8 +20,8 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import build_pairs, collect, evaluate, promote, train, validate
-from orchrm import pipeline
 from orchrm.config import PipelineConfig, load_config
+from orchrm.ops import pipeline
 
 DEFAULT_CONFIG = "configs/default.yaml"
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo", action="store_true", help="then the best-of-N example with the champion, and the demo's ending")
     args = parser.parse_args(argv)
     if args.demo:
-        from orchrm.demo import run_demo
+        from orchrm.ops.demo import run_demo
 
         run_demo(args.config, pipeline=lambda cfg, run_dir=None, say=None: orchrm_pipeline(args.config, traces_dir=args.traces, run_dir=run_dir))
         return 0

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from orchrm.errors import OrchRMError
-from orchrm.offline import apply_offline_env
+from orchrm.util.offline import apply_offline_env
 
 DOMAIN_CHOICES = ("math", "code", "multihop", "webqa", "all")
 
@@ -41,8 +41,8 @@ def seed_int(text: str) -> int:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from orchrm.collect import collect_to_file, parse_sources, summarize
     from orchrm.config import load_config
+    from orchrm.execution.collect import collect_to_file, parse_sources, summarize
 
     cfg = load_config(args.config)
     domains = cfg.collect.domains if args.domain == "all" else (args.domain,)
@@ -69,7 +69,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from orchrm.traces import ingest_file
+    from orchrm.data.ingest import ingest_file
 
     df = ingest_file(args.traces, args.out, run_id=args.run_id)
     print(f"ingested {len(df)} artifacts from {args.traces} into {args.out}")
@@ -78,7 +78,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _cmd_pairs(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
-    from orchrm.pairs import build_pairs_file
+    from orchrm.data.pairs import build_pairs_file
 
     cfg = load_config(args.config)
     pairs = build_pairs_file(args.artifacts, args.out, config=cfg.pairs)
@@ -87,7 +87,7 @@ def _cmd_pairs(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from orchrm.validation import validate_files
+    from orchrm.data.validation import validate_files
 
     if not args.artifacts and not args.pairs:
         args.parser.error("give --artifacts and/or --pairs")
@@ -98,7 +98,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from orchrm.config import load_config, with_overrides
-    from orchrm.train import train_from_file
+    from orchrm.model.trainer import train_from_file
 
     cfg = load_config(args.config)
     overrides = {k: v for k, v in {"encoder": args.encoder}.items() if v is not None}
@@ -107,7 +107,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     train_cfg = with_overrides(cfg.train, train_over)
     callbacks = []
     if args.mlflow_run_id:
-        from orchrm.registry import MlflowCallback
+        from orchrm.ops.registry import MlflowCallback
 
         callbacks.append(MlflowCallback(args.mlflow_run_id))
     result = train_from_file(
@@ -120,7 +120,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_pipeline(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
-    from orchrm.pipeline import run_pipeline
+    from orchrm.ops.pipeline import run_pipeline
 
     result = run_pipeline(load_config(args.config), traces_dir=args.traces, run_dir=args.out, say=print, progress=not args.quiet)
     print(f"\n{result.status}: {result.message}")
@@ -128,15 +128,15 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from orchrm.demo import run_demo
+    from orchrm.ops.demo import run_demo
 
     run_demo(args.config, out_dir=args.out)
     return 0
 
 
 def _load_model_arg(uri_or_path: str, config):
-    from orchrm.registry import configure
-    from orchrm.serving import load_reward_model
+    from orchrm.ops.registry import configure
+    from orchrm.ops.serving import load_reward_model
 
     if uri_or_path.startswith(("models:/", "runs:/")):
         configure(config)  # the registry of this config (MLFLOW_TRACKING_URI, else the data folder's store)
@@ -145,8 +145,10 @@ def _load_model_arg(uri_or_path: str, config):
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
-    from orchrm.evaluation import CandidatePool, build_pool, check_gates, evaluate
-    from orchrm.traces import read_table
+    from orchrm.data.tables import read_table
+    from orchrm.evaluation.gates import check_gates
+    from orchrm.evaluation.harness import evaluate
+    from orchrm.evaluation.pool import CandidatePool, build_pool
 
     config = load_config(args.config)
     model = _load_model_arg(args.model, config)
@@ -165,7 +167,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_promote(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
     from orchrm.errors import PromotionRejected
-    from orchrm.registry import champion_version, promote, regate
+    from orchrm.ops.registry import champion_version, promote, regate
 
     config = load_config(args.config)
     verdict = regate(args.version, config=config)
@@ -182,9 +184,9 @@ def _cmd_promote(args: argparse.Namespace) -> int:
 
 def _cmd_rank(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
-    from orchrm.executor import MultiAgentExecutor
-    from orchrm.serving import TestTimeScalableOrchestrator
-    from orchrm.tasks.router import task_from_text
+    from orchrm.execution.executor import MultiAgentExecutor
+    from orchrm.execution.tasks.router import task_from_text
+    from orchrm.ops.serving import TestTimeScalableOrchestrator
 
     config = load_config(args.config)
     model = _load_model_arg(args.model, config)
@@ -425,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         checkpoint = None
         if args.command == "train":
-            from orchrm.train import LAST_CHECKPOINT  # already imported by the command
+            from orchrm.model.trainer import LAST_CHECKPOINT  # already imported by the command
 
             checkpoint = Path(args.out) / "checkpoints" / LAST_CHECKPOINT
         if checkpoint is not None and checkpoint.is_file():

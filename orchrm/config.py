@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchrm.errors import ConfigError
-from orchrm.sandbox_config import NoiseConfig
+from orchrm.execution.sandbox.config import NoiseConfig
 
 
 class _Frozen(BaseModel):
@@ -40,7 +40,7 @@ class CollectConfig(_Frozen):
     workers: int | None = Field(None, ge=1)
     #: ``full``: run every candidate plan to its sink (correct-over-incorrect pairs need that);
     #: ``branch``: run plan prefixes only, ``branches`` alternatives at every shared prefix down
-    #: to ``branch_depth`` (orchrm.collect.branch_plans): intermediate pairs for a fraction of
+    #: to ``branch_depth`` (orchrm.execution.collect.branch_plans): intermediate pairs for a fraction of
     #: the tokens (``plans_per_task`` is then unused)
     mode: Literal["full", "branch"] = "full"
     #: branch mode: alternatives (plans with distinct next steps) per shared prefix
@@ -68,7 +68,7 @@ class CollectConfig(_Frozen):
 
 
 class PairsConfig(_Frozen):
-    """Pair building (DESIGN §5); every field is read by :class:`orchrm.pairs.PairwiseComparator`.
+    """Pair building (DESIGN §5); every field is read by :class:`orchrm.data.pairs.PairwiseComparator`.
 
     A source is built when it is listed in ``sources`` *and* its granularity is in
     ``granularity``: ``correct-over-incorrect`` and ``specialized-over-base`` are plan-level,
@@ -118,7 +118,7 @@ class PairsConfig(_Frozen):
 
 
 class ModelConfig(_Frozen):
-    """Reward model architecture (DESIGN §6); the fields of :class:`orchrm.model.BradleyTerryModel`.
+    """Reward model architecture (DESIGN §6); the fields of :class:`orchrm.model.reward_model.BradleyTerryModel`.
 
     ``encoder`` is ``scratch`` (a BERT built from this config, with a WordPiece tokenizer trained on
     the training texts), ``minilm`` (all-MiniLM-L6-v2, offline) or a local Hugging Face model
@@ -172,7 +172,7 @@ class ModelConfig(_Frozen):
 
 
 class TrainConfig(_Frozen):
-    """Trainer settings (DESIGN §6); the fields of :class:`orchrm.train.Trainer`."""
+    """Trainer settings (DESIGN §6); the fields of :class:`orchrm.model.trainer.Trainer`."""
 
     #: pairs per optimiser step (per process under torchrun); batches are grouped by task so each
     #: distinct text is encoded once per step
@@ -288,7 +288,7 @@ class RegistryConfig(_Frozen):
 
 
 class RunConfig(_Frozen):
-    """How :func:`orchrm.pipeline.run_pipeline` runs its stages: where new traces arrive, how
+    """How :func:`orchrm.ops.pipeline.run_pipeline` runs its stages: where new traces arrive, how
     training is launched, and the Prefect task runner of the flows in ``flows/``."""
 
     #: folder the nightly run ingests new traces from (``*.jsonl`` / ``*.parquet`` in the
@@ -314,7 +314,7 @@ class PipelineConfig(_Frozen):
     """The whole pipeline. ``data_dir`` holds run data (tables, models, tracking store)."""
 
     data_dir: str = ".orchrm"
-    #: the sandbox's noise model (orchrm/sandbox_config.py: configuration only, no simulator)
+    #: the sandbox's noise model (orchrm/execution/sandbox/config.py: configuration only, no simulator)
     sandbox: NoiseConfig = Field(default_factory=NoiseConfig)
     collect: CollectConfig = Field(default_factory=CollectConfig)
     pairs: PairsConfig = Field(default_factory=PairsConfig)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchrm.offline import apply_offline_env
+from orchrm.util.offline import apply_offline_env
 
-apply_offline_env()  # orchrm/offline.env, before any test imports MLflow, GX, Prefect or transformers
+apply_offline_env()  # orchrm/util/offline.env, before any test imports MLflow, GX, Prefect or transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 # the public data sets (GSM8K, SQuAD, StrategyQA) live beside the project when available

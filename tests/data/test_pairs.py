@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 
 from orchrm.config import PairsConfig
-from orchrm.errors import TraceSchemaError
-from orchrm.pair_engine import ragged_arange, within_group_pairs
-from orchrm.pairs import (
+from orchrm.data.pair_engine import ragged_arange, within_group_pairs
+from orchrm.data.pairs import (
     MARGIN_SLACK,
     PairwiseComparator,
     assign_split,
@@ -21,8 +20,9 @@ from orchrm.pairs import (
     build_pairs_file,
     read_pairs,
 )
+from orchrm.data.tables import PAIR_COLUMNS, artifacts_frame, read_table, write_table
+from orchrm.errors import TraceSchemaError
 from orchrm.plans import Plan
-from orchrm.traces import PAIR_COLUMNS, artifacts_frame, read_table, write_table
 from tests.fixtures.tables import PLANS, execution_rows, make_artifacts
 
 Q = "Tom has 7 apples and eats 3. How many are left?"
@@ -326,7 +326,7 @@ def test_quality_fn_replaces_the_quality_column():
 def test_accepts_row_dicts_and_planrun_like_objects():
     rows = run(COT_SMALL, {"a1": 1.0}) + run(COT_LARGE, {"a1": 0.0})
 
-    class Run:  # anything with .frame(), like orchrm.executor.PlanRun
+    class Run:  # anything with .frame(), like orchrm.execution.executor.PlanRun
         def __init__(self, r):
             self.r = r
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from orchrm.collect import branch_plans, collect, prefix_text
 from orchrm.config import CollectConfig, PairsConfig, config_from_dict
+from orchrm.data.pair_engine import subplan_text
+from orchrm.data.pairs import PairwiseComparator
+from orchrm.data.tables import PAIR_COLUMNS, artifacts_frame
 from orchrm.errors import ConfigError
-from orchrm.pair_engine import subplan_text
-from orchrm.pairs import PairwiseComparator
+from orchrm.execution.collect import branch_plans, collect, prefix_text
+from orchrm.execution.tasks import load_tasks
 from orchrm.plans import Plan
-from orchrm.tasks import load_tasks
-from orchrm.traces import PAIR_COLUMNS, artifacts_frame
 from tests.fixtures.tables import PLANS, execution_rows
 
 Q = "Tom has 7 apples and eats 3. How many are left?"
@@ -133,7 +133,7 @@ def test_branch_mode_refuses_settings_that_contradict_it():
 
 def test_cli_collect_branch_mode(tmp_path, capsys):
     from orchrm.cli import main
-    from orchrm.traces import read_table
+    from orchrm.data.tables import read_table
 
     out = tmp_path / "prefixes.parquet"
     assert main(["collect", "--domain", "math", "--tasks", "2", "--mode", "branch", "--branches", "5", "--workers", "1",

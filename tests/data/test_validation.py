@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 
 from orchrm.cli import main
-from orchrm.errors import ConfigError, DataQualityError
-from orchrm.traces import write_table
-from orchrm.validation import (
+from orchrm.data.tables import write_table
+from orchrm.data.validation import (
     derive_pair_columns,
     load_suite,
     read_suite_file,
@@ -22,6 +21,7 @@ from orchrm.validation import (
     validate_files,
     validate_pairs,
 )
+from orchrm.errors import ConfigError, DataQualityError
 from tests.fixtures.tables import make_artifacts, make_pairs
 
 
@@ -264,7 +264,7 @@ def test_artifact_gate_refuses_bad_quality_and_names_the_artifact(artifacts, tmp
 
 
 def test_pair_crossing_tasks_is_caught_against_the_artifact_table(artifacts):
-    from orchrm.pairs import build_pairs
+    from orchrm.data.pairs import build_pairs
 
     pairs = build_pairs(artifacts)
     bad = pairs.copy()
@@ -344,7 +344,7 @@ def test_gx_analytics_are_off_before_gx_is_imported(tmp_path):
         "            seen.append(os.environ.get('GX_ANALYTICS_ENABLED'))\n"
         "sys.meta_path.insert(0, Watch())\n"
         "os.environ.pop('GX_ANALYTICS_ENABLED', None)\n"
-        "from orchrm.validation import run_expectations\n"
+        "from orchrm.data.validation import run_expectations\n"
         "from tests.fixtures.tables import make_pairs\n"
         "run_expectations('pairs', make_pairs(n_tasks=2, plans_per_task=3, seed=0))\n"
         "print(seen)\n"

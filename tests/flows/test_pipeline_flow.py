@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from mlflow import MlflowClient
 
-from orchrm import registry
 from orchrm.config import load_config
 from orchrm.errors import TrainingError
+from orchrm.ops import registry
 from tests.flows.conftest import write_config
 
 pytestmark = pytest.mark.slow

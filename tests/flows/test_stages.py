@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from orchrm import pipeline
 from orchrm.config import PipelineConfig, config_from_dict
 from orchrm.errors import ConfigError
+from orchrm.ops import pipeline
 
 
 def test_a_trace_file_is_new_until_a_run_has_trained_on_it(tmp_path):

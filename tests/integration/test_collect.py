@@ -7,14 +7,14 @@ import sys
 import pandas as pd
 import pytest
 
-from orchrm.agents.sandbox.engine import RESULTS_MARKER
-from orchrm.agents.sandbox.noise import NoiseConfig, TierConfig
-from orchrm.collect import collect
+from orchrm.data.tables import ARTIFACT_COLUMNS, read_table
 from orchrm.errors import ConfigError, TaskError
+from orchrm.execution.collect import collect
+from orchrm.execution.sandbox.engine import RESULTS_MARKER
+from orchrm.execution.sandbox.noise import NoiseConfig, TierConfig
+from orchrm.execution.tasks import load_tasks
 from orchrm.plans import Plan
-from orchrm.tasks import load_tasks
-from orchrm.tokens import count_tokens
-from orchrm.traces import ARTIFACT_COLUMNS, read_table
+from orchrm.util.tokens import count_tokens
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +132,7 @@ def test_repeats_execute_every_plan_again_as_runs_of_their_own_and_the_first_is_
 
 def test_plan_pairs_from_repeated_runs_compare_mean_qualities():
     from orchrm.config import PairsConfig
-    from orchrm.pairs import build_pairs
+    from orchrm.data.pairs import build_pairs
 
     artifacts = collect(domains=["math"], tasks_per_domain=4, plans_per_task=4, seed=5, repeats=3, workers=1, progress=False)
     mean = artifacts[artifacts.is_final].groupby(["task_id", "plan_text"]).quality.mean()
@@ -144,8 +144,8 @@ def test_plan_pairs_from_repeated_runs_compare_mean_qualities():
 
 
 def test_collect_from_config_runs_every_setting_of_the_config():
-    from orchrm.collect import collect_from_config
     from orchrm.config import CollectConfig
+    from orchrm.execution.collect import collect_from_config
 
     cfg = CollectConfig(domains=("math",), tasks_per_domain=2, plans_per_task=3, seed=9, repeats=2, workers=1)
     direct = collect(domains=["math"], tasks_per_domain=2, plans_per_task=3, seed=9, repeats=2, workers=1, progress=False)
@@ -183,7 +183,7 @@ def test_collection_does_not_depend_on_the_hash_seed(tmp_path):
     """Worker processes start with random hash seeds: nothing in a table may depend on it
     (set iteration order, memory addresses in reprs of returned objects)."""
     script = (
-        "import sys; from orchrm.collect import collect; "
+        "import sys; from orchrm.execution.collect import collect; "
         "collect(domains=['code', 'multihop', 'webqa'], tasks_per_domain=12, plans_per_task=8, seed=3, workers=1, progress=False)"
         ".drop(columns='created_at').to_parquet(sys.argv[1])"
     )
@@ -200,7 +200,7 @@ def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path):
     """Workers start with 'spawn' and import the calling script again: unguarded, it breaks them."""
     script = tmp_path / "unguarded.py"
     script.write_text(
-        "from orchrm.collect import collect\n"
+        "from orchrm.execution.collect import collect\n"
         "collect(domains=['math'], tasks_per_domain=4, plans_per_task=2, workers=2, progress=False)\n"
     )
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)

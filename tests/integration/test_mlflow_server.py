@@ -9,9 +9,9 @@ import httpx
 import pytest
 import torch
 
-from orchrm import registry
 from orchrm.config import PipelineConfig
-from orchrm.serving import load_reward_model
+from orchrm.ops import registry
+from orchrm.ops.serving import load_reward_model
 from tests.integration.mlflow_server import api, running_mlflow
 from tests.integration.test_registry import Store, build_store
 

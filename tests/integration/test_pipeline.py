@@ -38,7 +38,7 @@ def test_demo_runs_the_pipeline_then_the_champion_picks_a_plan(tmp_path):
     import yaml
 
     from orchrm.config import config_from_dict
-    from orchrm.demo import run_demo
+    from orchrm.ops.demo import run_demo
 
     data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text()) | {"data_dir": str(tmp_path / "data")}
     # gates a two-epoch tiny model can pass: this test is about the demo, not the model's skill

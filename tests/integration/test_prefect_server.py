@@ -105,8 +105,8 @@ def _prefect(*args: str, env: dict) -> str:
 def test_a_deployment_run_on_a_postgres_backed_server_registers_a_champion(database, tmp_path):
     from mlflow import MlflowClient
 
-    from orchrm import registry
     from orchrm.config import load_config
+    from orchrm.ops import registry
 
     data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     data["data_dir"] = str(tmp_path / "data")

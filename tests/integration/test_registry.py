@@ -19,11 +19,11 @@ import pandas as pd
 import pytest
 import torch
 
-from orchrm import registry
 from orchrm.config import PipelineConfig
 from orchrm.errors import ModelFileError, PromotionRejected, RegistryError
-from orchrm.evaluation import GateResult, Verdict
-from orchrm.serving import load_reward_model
+from orchrm.evaluation.gates import GateResult, Verdict
+from orchrm.ops import registry
+from orchrm.ops.serving import load_reward_model
 from tests.integration.mlflow_server import free_port
 from tests.model.conftest import make_pairs
 
@@ -293,7 +293,7 @@ def test_loading_imports_neither_the_sandbox_nor_the_task_suites(store):
         "import sys; from orchrm import load_reward_model; "
         f"m = load_reward_model({str(store.good_file)!r}); m.score('q', ['a']); "
         f"m = load_reward_model('models:/orchrm-reward@champion', tracking_uri={registry.tracking_uri(store.config)!r}); "
-        "bad = sorted(k for k in sys.modules if k.startswith(('orchrm.agents', 'orchrm.tasks'))); "
+        "bad = sorted(k for k in sys.modules if k.startswith(('orchrm.execution.sandbox.', 'orchrm.execution.tasks')) and k != 'orchrm.execution.sandbox.config'); "
         "print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from orchrm import registry
+from orchrm.ops import registry
 from tests.integration.mlflow_server import running_mlflow
 from tests.integration.test_registry import Store, build_store
 
@@ -36,7 +36,7 @@ def executor():
 
 @pytest.fixture(scope="module")
 def math_task():
-    from orchrm.tasks.base import load_tasks
+    from orchrm.execution.tasks.base import load_tasks
 
     return load_tasks("math", 1, seed=11)[0]
 
@@ -115,7 +115,7 @@ def test_reward_guided_orchestrator_keeps_the_best_scored_step_at_each_depth(sto
 
 def test_reward_guided_scores_nodes_in_the_intermediate_pairs_format(store, executor, math_task):
     """The depth-0 step is scored R(question, "<agent .../>\\n" + its output), the format of the
-    node-level pairs (orchrm.pairs)."""
+    node-level pairs (orchrm.data.pairs)."""
     from orchrm import RewardGuidedOrchestrator
 
     orch = RewardGuidedOrchestrator(reward_model=store.good, num_candidates=6, executor=executor)

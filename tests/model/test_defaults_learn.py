@@ -14,9 +14,9 @@ import pytest
 
 from orchrm.cli import main
 from orchrm.config import ModelConfig, TrainConfig
-from orchrm.model import BradleyTerryModel
-from orchrm.traces import read_table, write_table
-from orchrm.train import Trainer, fit
+from orchrm.data.tables import read_table, write_table
+from orchrm.model.reward_model import BradleyTerryModel
+from orchrm.model.trainer import Trainer, fit
 from tests.fixtures.foreign_traces import make_tickets, traces_of, true_pair_accuracy
 
 SEED = 7  # not the sweep's tuning seed

@@ -40,7 +40,7 @@ def test_roberta_position_offset_counts_against_max_length(task_pairs, tmp_path)
     """RoBERTa numbers positions from padding_idx + 1: a 66-row table holds 64 tokens (pad id 1)."""
     from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaModel
 
-    from orchrm.encoders import train_wordpiece
+    from orchrm.model.encoders import train_wordpiece
 
     tok = train_wordpiece(list(task_pairs["prompt"]) + list(task_pairs["chosen"]), vocab_size=300)
     assert tok.token_to_id("[PAD]") != 1  # RoBERTa pads with id 1: give the config the tokenizer's ids
@@ -93,7 +93,7 @@ def distilbert_dir(tmp_path_factory, pairs):
     """A tiny DistilBERT (no token types, no shared-prompt support) saved like any HF model."""
     from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerFast
 
-    from orchrm.encoders import train_wordpiece
+    from orchrm.model.encoders import train_wordpiece
 
     path = tmp_path_factory.mktemp("distilbert")
     tok = train_wordpiece(list(pairs["prompt"]) + list(pairs["chosen"]), vocab_size=300)

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from orchrm.config import load_config
-from orchrm.evaluation import SELECTORS, build_pool, check_gates, evaluate
+from orchrm.evaluation.gates import check_gates
+from orchrm.evaluation.harness import evaluate
+from orchrm.evaluation.pool import build_pool
+from orchrm.evaluation.selectors import SELECTORS
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

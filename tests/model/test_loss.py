@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from orchrm.model import bt_loss
+from orchrm.model.reward_model import bt_loss
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from orchrm import BradleyTerryModel, bt_loss, encoders
-from orchrm.encoders import SpecialIds, pack, truncate_prompt
+from orchrm import BradleyTerryModel, bt_loss
 from orchrm.errors import ConfigError, ModelFileError
+from orchrm.model import encoders
+from orchrm.model.encoders import SpecialIds, pack, truncate_prompt
 
 # Float32 tolerance of the batch-invariance tests: a text's reward may move by a few ulps when the
 # batch around it changes shape, because BLAS picks other kernels for other matrix sizes and the

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchrm import BradleyTerryModel
-from orchrm.batching import PairIndex, split_pairs, task_batches, training_pairs
-from orchrm.traces import write_table
+from orchrm.data.tables import write_table
+from orchrm.model.batching import PairIndex, split_pairs, task_batches, training_pairs
 
 from .conftest import make_pairs
 

@@ -14,15 +14,15 @@ import pytest
 import torch
 
 from orchrm import BradleyTerryModel, Trainer
-from orchrm.batching import data_hash, training_pairs
 from orchrm.cli import main as cli_main
 from orchrm.config import ModelConfig, TrainConfig
+from orchrm.data.pair_reader import read_pairs, task_id_of, task_text
+from orchrm.data.tables import write_table
+from orchrm.data.validation import validate_files
 from orchrm.errors import ConfigError, TraceSchemaError, TrainingError
-from orchrm.model import ModelFile
-from orchrm.pair_reader import read_pairs, task_id_of, task_text
-from orchrm.traces import write_table
-from orchrm.train import LAST_CHECKPOINT, TrainCallback, TrainResult, fit
-from orchrm.validation import validate_files
+from orchrm.model.batching import data_hash, training_pairs
+from orchrm.model.reward_model import ModelFile
+from orchrm.model.trainer import LAST_CHECKPOINT, TrainCallback, TrainResult, fit
 
 SMALL = dict(batch_size=16, lr=3e-3, progress=False)
 
@@ -422,7 +422,7 @@ def test_bad_pair_tables_name_the_problem(rows, message, tiny_model_kwargs):
 
 def test_pairs_without_a_train_split_train_on_every_row_with_a_warning(tiny_model_kwargs, caplog):
     rows = [dict(task_id="t1", prompt="q", chosen=f"plan a {i}", rejected="plan c d", split="test", margin=0.2) for i in range(3)]
-    with caplog.at_level("WARNING", logger="orchrm.train"):
+    with caplog.at_level("WARNING", logger="orchrm.model.trainer"):
         result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), progress=False).train(pairs=rows, epochs=1)
     assert result.train_pairs == 3 and "no pairs with split == 'train'" in caplog.text
     assert "all 3 pairs count as training pairs, less the val_fraction=0.1 of their tasks held out" in caplog.text
@@ -503,7 +503,7 @@ def test_fit_verb_builds_the_model_from_configs(small_pairs, tiny_model_kwargs):
 
 
 def test_cli_train_writes_model_and_result(small_pairs, tmp_path, capsys):
-    from orchrm.traces import write_table
+    from orchrm.data.tables import write_table
 
     write_table(small_pairs, tmp_path / "pairs.parquet")
     (tmp_path / "tiny.yaml").write_text(
@@ -531,7 +531,7 @@ def test_cli_train_writes_model_and_result(small_pairs, tmp_path, capsys):
 
 
 def test_cli_train_never_replaces_a_model_unasked_and_checks_out_before_training(small_pairs, tmp_path, capsys):
-    from orchrm.traces import write_table
+    from orchrm.data.tables import write_table
 
     write_table(small_pairs, tmp_path / "pairs.parquet")
     (tmp_path / "tiny.yaml").write_text(
@@ -588,7 +588,7 @@ def test_a_damaged_checkpoint_cannot_be_resumed_and_a_fresh_run_replaces_it(smal
         )
     # a fresh run first removes the earlier run's checkpoints (a crash before its own first one
     # must not leave them to be resumed as if they were its own)
-    with caplog.at_level("WARNING", logger="orchrm.train"):
+    with caplog.at_level("WARNING", logger="orchrm.model.trainer"):
         Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL).train(pairs=small_pairs, epochs=1)
     assert f"removing the earlier run's checkpoint {last}" in caplog.text
     resumed = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), checkpoint_dir=tmp_path, **SMALL)
@@ -597,7 +597,7 @@ def test_a_damaged_checkpoint_cannot_be_resumed_and_a_fresh_run_replaces_it(smal
 
 @pytest.mark.slow
 def test_cli_train_interrupted_by_ctrl_c_points_to_the_checkpoint_to_resume(small_pairs, tmp_path):
-    from orchrm.traces import write_table
+    from orchrm.data.tables import write_table
 
     write_table(small_pairs, tmp_path / "pairs.parquet")
     (tmp_path / "tiny.yaml").write_text(

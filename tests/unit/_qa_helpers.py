@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchrm.agents.sandbox import SandboxBackend
-from orchrm.agents.sandbox.noise import NoiseConfig
+from orchrm.execution.sandbox.engine import SandboxBackend
+from orchrm.execution.sandbox.noise import NoiseConfig
+from orchrm.execution.tasks import load_tasks
 from orchrm.plans import Plan
-from orchrm.tasks import load_tasks
 
 COT_S = '<agent id="a" type="CoT" model="small"/>'
 COT_L = '<agent id="a" type="CoT" model="large"/>'

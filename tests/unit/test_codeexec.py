@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from orchrm.agents.sandbox.codeexec import Check, CodeExecutor, Limits
+from orchrm.execution.sandbox.codeexec import Check, CodeExecutor, Limits
 
 LIMITS = Limits(check_timeout_s=0.3, total_timeout_s=2.0, memory_mb=256)
 

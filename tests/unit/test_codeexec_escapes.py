@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from orchrm.agents.sandbox.codeexec import Check, CodeExecutor, Limits
+from orchrm.execution.sandbox.codeexec import Check, CodeExecutor, Limits
 
 LIMITS = Limits(check_timeout_s=0.5, total_timeout_s=1.0, memory_mb=256)
 HANG_GUARD_S = 20.0  # the jobs below take about a second; a stuck zygote took a minute

@@ -12,19 +12,14 @@ import pytest
 
 from orchrm.config import EvaluateConfig, GatesConfig, config_from_dict
 from orchrm.errors import ConfigError
-from orchrm.evaluation import (
-    POOL_COLUMNS,
+from orchrm.evaluation.gates import Verdict, check_gates
+from orchrm.evaluation.harness import best_of_ns
+from orchrm.evaluation.metrics import accuracy_table, bootstrap_ci, calibration
+from orchrm.evaluation.pool import POOL_COLUMNS, CandidatePool, build_pool
+from orchrm.evaluation.selectors import (
     SELECTORS,
-    CandidatePool,
-    Verdict,
-    accuracy_table,
     best_of_n_picks,
     best_of_n_table,
-    best_of_ns,
-    bootstrap_ci,
-    build_pool,
-    calibration,
-    check_gates,
     gap_closed_table,
 )
 
@@ -294,7 +289,7 @@ def test_build_pool_is_deterministic_and_each_pool_seed_orders_the_same_candidat
         # expected quality belongs to the plan, not to the pool seed
         assert g.groupby("plan_id")["expected_quality"].nunique().eq(1).all()
     held_out = set(f["task_id"])
-    from orchrm.tasks.base import load_tasks
+    from orchrm.execution.tasks.base import load_tasks
 
     assert not held_out & {t.task_id for t in load_tasks("math", 3, seed=0)}
     pool.save(tmp_path / "pool.parquet")

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 
 from orchrm import MultiAgentExecutor
-from orchrm.agents.base import NodeOutput
-from orchrm.agents.sandbox.engine import RESULTS_MARKER
+from orchrm.data.tables import ARTIFACT_COLUMNS
 from orchrm.errors import ConfigError, PlanError
+from orchrm.execution.backend import NodeOutput
+from orchrm.execution.sandbox.engine import RESULTS_MARKER
+from orchrm.execution.tasks.base import Task
 from orchrm.plans import Plan
-from orchrm.tasks.base import Task
-from orchrm.tokens import count_tokens
-from orchrm.traces import ARTIFACT_COLUMNS
+from orchrm.util.tokens import count_tokens
 
 CHAIN = (
     '<agent id="a1" type="WebSearch" queries="2" top_k="3"/>\n'
@@ -158,7 +158,7 @@ def test_signed_arithmetic_is_routed_to_math():
 
 def test_fewer_distinct_plans_than_asked_for_are_run_with_a_warning(caplog):
     executor = MultiAgentExecutor(agents=["calculator"])
-    with caplog.at_level("WARNING", logger="orchrm.executor"):
+    with caplog.at_level("WARNING", logger="orchrm.execution.executor"):
         plans = executor.sample_plans("What is 2 + 3?", 5)
     assert 0 < len(plans) < 5 and len({p.plan_id for p in plans}) == len(plans)
     assert f"only {len(plans)} distinct plans found for the roles ['calculator'] (asked for 5)" in caplog.text

@@ -16,11 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from orchrm.sandbox_config import MATH_TRAP_KINDS, NoiseConfig
+from orchrm.execution.sandbox.config import MATH_TRAP_KINDS, NoiseConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "orchrm"
-SIMULATOR = ("orchrm.agents", "orchrm.tasks")
+#: the simulator: the sandbox's agents (its noise config aside: configuration only) and the task suites
+SIMULATOR = ("orchrm.execution.sandbox.", "orchrm.execution.tasks")
+SANDBOX_AGENTS = "orchrm.execution.sandbox."
+SANDBOX_CONFIG = "orchrm.execution.sandbox.config"
 
 
 def loaded_after(code: str) -> list[str]:
@@ -32,7 +35,7 @@ def loaded_after(code: str) -> list[str]:
 
 
 def simulator_modules(modules: list[str]) -> list[str]:
-    return [m for m in modules if m.startswith(SIMULATOR)]
+    return [m for m in modules if m.startswith(SIMULATOR) and m != SANDBOX_CONFIG]
 
 
 def test_loading_a_config_imports_no_simulator_and_no_task_suite():
@@ -48,7 +51,7 @@ def test_loading_a_config_imports_no_simulator_and_no_task_suite():
 def test_loading_a_saved_model_and_scoring_imports_no_simulator_and_no_task_suite(tmp_path):
     modules = loaded_after(
         "import torch\n"
-        "from orchrm.model import BradleyTerryModel\n"
+        "from orchrm.model.reward_model import BradleyTerryModel\n"
         "model = BradleyTerryModel(hidden_dim=32, num_layers=2, num_heads=2, max_length=96, vocab_size=300, dropout=0.0)\n"
         "model.fit_tokenizer(['Who founded Avalon?', '<agent id=\"a1\" type=\"CoT\" model=\"small\"/>'] * 4)\n"
         f"model.save({str(tmp_path / 'model')!r})\n"
@@ -56,14 +59,14 @@ def test_loading_a_saved_model_and_scoring_imports_no_simulator_and_no_task_suit
         "actions = ['<agent id=\"a1\" type=\"CoT\" model=\"small\"/>', '<agent id=\"a1\" type=\"CoT\" model=\"large\"/>']\n"
         "assert torch.allclose(loaded.score('Who founded Avalon?', actions), model.score('Who founded Avalon?', actions))\n"
     )
-    assert "orchrm.model" in modules
+    assert "orchrm.model.reward_model" in modules
     assert simulator_modules(modules) == []
 
 
 def test_the_issue_one_liner_prints_false():
     """The check of issue 14 that anyone can run."""
     done = subprocess.run(
-        [sys.executable, "-c", "import orchrm.model, sys; print(any(m.startswith('orchrm.agents') for m in sys.modules))"],
+        [sys.executable, "-c", "import orchrm.model.reward_model, sys; print(any(m.startswith('orchrm.execution.sandbox.') and m != 'orchrm.execution.sandbox.config' for m in sys.modules))"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -72,21 +75,21 @@ def test_the_issue_one_liner_prints_false():
 
 def test_the_executor_loads_without_the_orchestrators():
     """So that a test-time orchestrator can import the executor and the samplers without a cycle."""
-    modules = loaded_after("import orchrm.executor")
-    assert "orchrm.executor" in modules and "orchrm.orchestrators" not in modules
+    modules = loaded_after("import orchrm.execution.executor")
+    assert "orchrm.execution.executor" in modules and "orchrm.execution.samplers" not in modules
 
 
 def test_the_task_suites_never_import_the_agents():
     modules = loaded_after(
-        "from orchrm.tasks import load_tasks, plan_heuristic, sources\n"
-        "from orchrm.tasks.router import task_from_text\n"
+        "from orchrm.execution.tasks import load_tasks, plan_heuristic, sources\n"
+        "from orchrm.execution.tasks.router import task_from_text\n"
         "sources(); plan_heuristic('math')\n"
         "for domain in ('math', 'multihop', 'webqa'):\n"
         "    load_tasks(domain, 2, seed=0)\n"
         "task_from_text('Ann has 3 apples and buys 4 more. How many apples does she have?')\n"
     )
-    assert "orchrm.tasks.multihop" in modules
-    assert [m for m in modules if m.startswith("orchrm.agents")] == []
+    assert "orchrm.execution.tasks.multihop" in modules
+    assert [m for m in modules if m.startswith(SANDBOX_AGENTS) and m != SANDBOX_CONFIG] == []
 
 
 def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
@@ -103,9 +106,9 @@ def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
 def test_no_task_module_imports_an_agent_module_even_lazily():
     offenders = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
-        for path in sorted((PACKAGE / "tasks").glob("*.py"))
+        for path in sorted((PACKAGE / "execution" / "tasks").glob("*.py"))
         for line, module, _ in _imports(path)
-        if module.startswith("orchrm.agents")
+        if module.startswith(SANDBOX_AGENTS) and module != SANDBOX_CONFIG
     ]
     assert offenders == []
 
@@ -147,15 +150,15 @@ def test_no_module_reads_a_private_attribute_of_another_orchrm_module():
 
 
 def test_the_sandbox_noise_module_re_exports_the_same_config_classes():
-    from orchrm.agents.sandbox.noise import NoiseConfig as FromSandbox
     from orchrm.config import PipelineConfig
+    from orchrm.execution.sandbox.noise import NoiseConfig as FromSandbox
 
     assert FromSandbox is NoiseConfig
     assert isinstance(PipelineConfig().sandbox, FromSandbox)
 
 
 def test_the_config_knows_every_math_trap_kind_of_the_task_suite():
-    from orchrm.tasks.math import TRAPS
+    from orchrm.execution.tasks.math import TRAPS
 
     assert set(MATH_TRAP_KINDS) == set(TRAPS)
 

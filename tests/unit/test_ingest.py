@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from orchrm.cli import main
+from orchrm.data.ingest import ingest_traces
+from orchrm.data.tables import ARTIFACT_COLUMNS, read_table, write_table
 from orchrm.errors import OutputPathError, TraceSchemaError
-from orchrm.traces import ARTIFACT_COLUMNS, ingest_traces, read_table, write_table
 
 
 def _traces() -> pd.DataFrame:
@@ -107,7 +108,7 @@ def test_a_final_reply_written_outside_the_plan_is_the_plans_final_output():
 
 
 def test_a_final_reply_outside_the_plan_counts_in_plan_pairs_only():
-    from orchrm.pairs import build_pairs
+    from orchrm.data.pairs import build_pairs
 
     pairs = build_pairs(ingest_traces(_desk_traces()))
     assert len(pairs) == 2 and set(pairs.granularity) == {"plan"}

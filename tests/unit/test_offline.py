@@ -1,4 +1,4 @@
-"""Telemetry off and no downloads, defined once (orchrm/offline.env) and used by every entry point."""
+"""Telemetry off and no downloads, defined once (orchrm/util/offline.env) and used by every entry point."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchrm.offline import ENV_FILE, apply_offline_env, offline_settings
+from orchrm.util.offline import ENV_FILE, apply_offline_env, offline_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = {
@@ -40,7 +40,7 @@ def test_apply_sets_only_what_the_environment_lacks():
 def test_a_malformed_line_is_named(tmp_path, monkeypatch):
     bad = tmp_path / "offline.env"
     bad.write_text("# ok\nHF_HUB_OFFLINE\n")
-    monkeypatch.setattr("orchrm.offline.ENV_FILE", bad)
+    monkeypatch.setattr("orchrm.util.offline.ENV_FILE", bad)
     with pytest.raises(ValueError, match=r"offline\.env:2: expected KEY=VALUE, got 'HF_HUB_OFFLINE'"):
         offline_settings()
 
@@ -60,10 +60,10 @@ def test_the_cli_applies_them_before_a_command_runs():
 
 def test_the_makefile_exports_the_same_file_and_the_wheel_ships_it():
     makefile = (ROOT / "Makefile").read_text()
-    assert "include orchrm/offline.env" in makefile
+    assert "include orchrm/util/offline.env" in makefile
     assert not any(f"export {key}=" in makefile for key in EXPECTED)  # no second list to drift
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["orchrm"]
-    assert ENV_FILE.name in package_data
+    assert ENV_FILE.relative_to(ROOT / "orchrm").as_posix() in package_data
 
 
 def test_the_tests_run_with_them():

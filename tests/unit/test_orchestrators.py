@@ -3,16 +3,16 @@ from collections import Counter
 
 import pytest
 
-from orchrm.collect import allocate, plans_for_task
-from orchrm.orchestrators import (
+from orchrm.execution.collect import allocate, plans_for_task
+from orchrm.execution.samplers import (
     BaseSampler,
     RoleSampler,
     SpecializedSampler,
     get_sampler,
     sample_prior_plan,
 )
-from orchrm.tasks.base import Task
-from orchrm.tasks.router import route, task_from_text
+from orchrm.execution.tasks.base import Task
+from orchrm.execution.tasks.router import route, task_from_text
 
 TASK = Task("t1", "math", "Natalia sold 48 clips in April and half as many in May. How many in total?")
 
@@ -88,8 +88,8 @@ def test_unparseable_free_text_becomes_a_generic_task():
 
 
 def test_each_builtin_domain_declares_the_heuristic_the_specialized_sampler_reads():
-    from orchrm.tasks import BUILTIN_DOMAINS, plan_heuristic
-    from orchrm.tasks.math import heuristic_plan_score, question_features
+    from orchrm.execution.tasks import BUILTIN_DOMAINS, plan_heuristic
+    from orchrm.execution.tasks.math import heuristic_plan_score, question_features
 
     assert all(plan_heuristic(domain) is not None for domain in BUILTIN_DOMAINS)
     math = plan_heuristic("math")
@@ -98,7 +98,7 @@ def test_each_builtin_domain_declares_the_heuristic_the_specialized_sampler_read
 
 
 def test_a_users_domain_declares_its_heuristic_and_the_specialized_sampler_follows_it():
-    from orchrm.tasks import DomainHeuristic, register_heuristic
+    from orchrm.execution.tasks import DomainHeuristic, register_heuristic
 
     desk = Task("desk-1", "heuristic-test-desk", "My invoice shows a charge I did not make.")
     before = SpecializedSampler(temperature=0.0).sample(desk, 4, random.Random(0))
@@ -113,7 +113,7 @@ def test_a_users_domain_declares_its_heuristic_and_the_specialized_sampler_follo
 
 
 def test_a_heuristic_without_features_and_score_is_refused():
-    from orchrm.tasks import register_heuristic
+    from orchrm.execution.tasks import register_heuristic
 
     with pytest.raises(TypeError, match=r"heuristic for domain 'x' needs callable features\(question\) and score\(features, plan\)"):
         register_heuristic("x", object())

@@ -4,7 +4,7 @@ import random
 import pytest
 
 from orchrm.errors import PlanError
-from orchrm.orchestrators import sample_prior_plan
+from orchrm.execution.samplers import sample_prior_plan
 from orchrm.plans import Plan
 
 CANONICAL = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import itertools
 
-from orchrm.progress import LINE_INTERVAL_S, LineProgress, is_terminal, progress_bar
+from orchrm.util.progress import LINE_INTERVAL_S, LineProgress, is_terminal, progress_bar
 
 
 class _Terminal(io.StringIO):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchrm.quality import LLMJudge, numeric_match, parse_number, pass_rate
+from orchrm.data.quality import LLMJudge, numeric_match, parse_number, pass_rate
 
 
 @pytest.mark.parametrize(

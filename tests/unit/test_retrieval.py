@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchrm.agents.sandbox.domain import Doc
-from orchrm.agents.sandbox.retrieval import BM25Index, cached_index, tokenize
+from orchrm.execution.sandbox.domain import Doc
+from orchrm.execution.sandbox.retrieval import BM25Index, cached_index, tokenize
 
 DOCS = [
     Doc("paris", "Paris", "Paris is the capital and largest city of France, on the Seine."),

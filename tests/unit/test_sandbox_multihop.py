@@ -7,10 +7,10 @@ import statistics
 
 import pytest
 
-from orchrm.agents.sandbox.domain import Retrieval
-from orchrm.agents.sandbox.multihop import MultihopDomain, em_quality, f1_quality
-from orchrm.agents.sandbox.noise import NoiseConfig
-from orchrm.tasks.multihop import STRATEGYQA_FILE, load_builtin, load_strategyqa
+from orchrm.execution.sandbox.domain import Retrieval
+from orchrm.execution.sandbox.multihop import MultihopDomain, em_quality, f1_quality
+from orchrm.execution.sandbox.noise import NoiseConfig
+from orchrm.execution.tasks.multihop import STRATEGYQA_FILE, load_builtin, load_strategyqa
 from tests.unit._qa_helpers import (
     BACKEND,
     COT_L,
@@ -199,7 +199,7 @@ def test_strategyqa_search_finds_facts_and_improves_yes_no_accuracy(strategyqa):
 def test_noise_memory_tables_are_validated():
     from pydantic import ValidationError
 
-    from orchrm.agents.sandbox.noise import MultihopNoise
+    from orchrm.execution.sandbox.noise import MultihopNoise
 
     with pytest.raises(ValidationError, match=r"recall \+ misremember must lie in \[0, 1\]"):
         MultihopNoise(

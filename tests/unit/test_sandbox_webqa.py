@@ -7,10 +7,10 @@ import statistics
 
 import pytest
 
-from orchrm.agents.sandbox.domain import Retrieval
-from orchrm.agents.sandbox.noise import NoiseConfig
-from orchrm.agents.sandbox.webqa import WebqaDomain, em_quality, f1_quality
-from orchrm.tasks.webqa import SQUAD_FILE, build_corpus, load_builtin, load_squad
+from orchrm.execution.sandbox.domain import Retrieval
+from orchrm.execution.sandbox.noise import NoiseConfig
+from orchrm.execution.sandbox.webqa import WebqaDomain, em_quality, f1_quality
+from orchrm.execution.tasks.webqa import SQUAD_FILE, build_corpus, load_builtin, load_squad
 from tests.unit._qa_helpers import (
     BACKEND,
     COT_L,

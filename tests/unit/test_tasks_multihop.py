@@ -8,9 +8,8 @@ import statistics
 import pytest
 
 from orchrm.errors import TaskError
-from orchrm.plans import Plan
-from orchrm.tasks import load_tasks, sources
-from orchrm.tasks.multihop import (
+from orchrm.execution.tasks import load_tasks, sources
+from orchrm.execution.tasks.multihop import (
     RELATIONS,
     STRATEGYQA_FILE,
     TRAP_SIBLING,
@@ -23,6 +22,7 @@ from orchrm.tasks.multihop import (
     load_strategyqa,
     question_features,
 )
+from orchrm.plans import Plan
 from tests.unit._qa_helpers import (
     CLOSED,
     LARGE,

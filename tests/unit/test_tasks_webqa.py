@@ -8,9 +8,8 @@ import statistics
 import pytest
 
 from orchrm.errors import TaskError
-from orchrm.plans import Plan
-from orchrm.tasks import load_tasks, sources
-from orchrm.tasks.webqa import (
+from orchrm.execution.tasks import load_tasks, sources
+from orchrm.execution.tasks.webqa import (
     SQUAD_FILE,
     TEMPLATES,
     TRAP_SIBLING,
@@ -24,6 +23,7 @@ from orchrm.tasks.webqa import (
     squad_corpus,
     squad_popularity,
 )
+from orchrm.plans import Plan
 from tests.unit._qa_helpers import (
     CLOSED,
     LARGE,

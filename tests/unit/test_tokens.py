@@ -1,6 +1,6 @@
 import pytest
 
-from orchrm.tokens import count_joined, count_tokens
+from orchrm.util.tokens import count_joined, count_tokens
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,265 @@
+"""Candidate pools: per held-out task, N candidate plans with their executions (DESIGN §7).
+
+:func:`build_pool` draws fresh sandbox tasks (a seed never used for collection), writes candidate
+plans with the base sampler, executes each once per pool seed and re-runs it for its expected
+quality. A :class:`CandidatePool` is the frame every selector reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from orchrm.config import PipelineConfig
+from orchrm.errors import CollectionError, ConfigError, DataQualityError
+from orchrm.util.fileio import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+#: the columns of :attr:`CandidatePool.frame`, one row per (pool_seed, task, candidate)
+POOL_COLUMNS: tuple[str, ...] = (
+    "pool_seed",  # int: which execution of the pool (candidate order and execution seed)
+    "task_id",
+    "domain",
+    "question",  # the reward model's prompt
+    "candidate",  # int: position in this pool seed's order; best-of-N reads candidates < N
+    "plan_id",
+    "plan_text",  # the reward model's action
+    "plan_chars",  # int: length of plan_text (the length-only selector)
+    "answer",  # final answer of this execution (None when the plan gave none)
+    "answer_key",  # normalised answer: executions with equal keys agree (majority vote)
+    "quality",  # realised quality in [0, 1] of this execution
+    "confidence",  # the final agent's own confidence in its answer, in [0, 1]
+    "tokens",  # execution tokens (prompt + completion) of this execution
+    "cost",  # tier-weighted tokens of this execution
+    "expected_quality",  # mean quality over the re-runs (DESIGN §4)
+    "expected_cost",  # mean cost over the re-runs (the cost-only selector)
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# the candidate pool
+
+
+def answer_key(domain: str, answer: str | None) -> str | None:
+    """The normalised form of a final answer: two executions agree when their keys are equal.
+    Math: the last number in canonical form; code: the program with whitespace collapsed; other
+    domains: SQuAD normalisation (lowercase, no punctuation or articles)."""
+    if answer is None:
+        return None
+    if domain == "math":
+        from orchrm.execution.tasks.math import normalize_number
+
+        key = normalize_number(answer)
+        return key if key is not None else " ".join(answer.lower().split())
+    if domain == "code":
+        return " ".join(answer.split())
+    from orchrm.data.quality import normalize_answer
+
+    return normalize_answer(answer)
+
+
+def expected_quality(executor: Any, task: Any, plan: Any, *, repeats: int = 20, seed: int | None = None) -> float:
+    """Mean final quality of ``plan`` on ``task`` over ``repeats`` independent executions by
+    ``executor`` (a :class:`orchrm.execution.executor.MultiAgentExecutor`): the sandbox's estimate of the
+    plan's expected quality for this question (DESIGN §4). Re-runs are ``repeat=1..repeats``."""
+    task = executor.as_task(task)
+    if task.reference is None:
+        raise ValueError(f"task {task.task_id!r} has no reference: its expected quality is unknowable")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    total = 0.0
+    for r in range(repeats):
+        q = executor.run_plan(task, plan, seed=seed, repeat=r + 1).quality
+        total += 0.0 if q is None else q
+    return total / repeats
+
+
+def _seed_of(*parts: object) -> int:
+    from orchrm.execution.tasks.base import stable_id
+
+    return int(stable_id(*parts, n=12), 16)
+
+
+def candidate_order(seed: int, pool_seed: int, task_id: str, n: int) -> list[int]:
+    """The order in which pool seed ``pool_seed`` lists a task's ``n`` candidates: a seeded
+    permutation, so each pool seed's nested prefixes (best-of-2 within best-of-4 ...) are
+    different draws of the same candidates."""
+    order = list(range(n))
+    random.Random(_seed_of("order", seed, pool_seed, task_id)).shuffle(order)
+    return order
+
+
+def _pool_rows(tasks: Sequence[Any], *, candidates: int, seed: int, pool_seeds: Sequence[int], repeats: int, noise: Any) -> list[dict]:
+    """Pool rows of ``tasks`` (runs in a worker process; deterministic for its arguments)."""
+    from orchrm.execution.collect import plans_for_task, worker_executor
+
+    ex = worker_executor(noise)
+    rows: list[dict] = []
+    for task in tasks:
+        plans = [plan for _, plan in plans_for_task(task, candidates, seed, {"base": 1.0})]
+        runs = {}  # plan index -> per pool seed (quality, answer, confidence, tokens, cost)
+        stats = []
+        for i, plan in enumerate(plans):
+            per_seed = []
+            for s in pool_seeds:
+                run = ex.run_plan(task, plan, seed=_seed_of("pool", seed, s))
+                final = run.final
+                per_seed.append((run.quality or 0.0, run.answer, final.confidence if final else 0.0, run.tokens, run.cost))
+            runs[i] = per_seed
+            if repeats:
+                reruns = [ex.run_plan(task, plan, seed=_seed_of("repeats", seed), repeat=r + 1) for r in range(repeats)]
+                stats.append((float(np.mean([r.quality or 0.0 for r in reruns])), float(np.mean([r.cost for r in reruns]))))
+            else:  # no re-runs: the pool's own executions are the only estimate
+                stats.append((float(np.mean([x[0] for x in per_seed])), float(np.mean([x[4] for x in per_seed]))))
+        for j, s in enumerate(pool_seeds):
+            for position, i in enumerate(candidate_order(seed, s, task.task_id, len(plans))):
+                quality, answer, confidence, tokens, cost = runs[i][j]
+                text = plans[i].render()
+                rows.append({
+                    "pool_seed": int(s), "task_id": task.task_id, "domain": task.domain, "question": task.question,
+                    "candidate": position, "plan_id": plans[i].plan_id, "plan_text": text, "plan_chars": len(text),
+                    "answer": answer, "answer_key": answer_key(task.domain, answer), "quality": float(quality),
+                    "confidence": float(confidence), "tokens": int(tokens), "cost": float(cost),
+                    "expected_quality": stats[i][0], "expected_cost": stats[i][1],
+                })
+    return rows
+
+
+def held_out_tasks(config: PipelineConfig) -> list[Any]:
+    """``config.evaluate.tasks_per_domain`` tasks per collected domain from ``config.evaluate.seed``
+    that the collection (``config.collect``) does not also draw: a real data set sampled with two
+    seeds can repeat items, and evaluation never sees a training task. A domain whose data set
+    runs out gives fewer tasks, with a warning."""
+    from orchrm.execution.tasks.base import load_tasks
+
+    c, e = config.collect, config.evaluate
+    tasks: list[Any] = []
+    for domain in c.domains:
+        source = c.source(domain)
+        seen = {t.task_id for t in load_tasks(domain, c.tasks_per_domain, seed=c.seed, source=source)}
+        drawn = load_tasks(domain, e.tasks_per_domain + len(seen), seed=e.seed, source=source)
+        kept = [t for t in drawn if t.task_id not in seen][: e.tasks_per_domain]
+        if len(kept) < e.tasks_per_domain:
+            log.warning("%s: only %d held-out tasks that the collection does not use (asked for %d)", domain, len(kept), e.tasks_per_domain)
+        tasks.extend(kept)
+    return tasks
+
+
+@dataclass
+class CandidatePool:
+    """The held-out candidate pool: :attr:`frame` has one row per (pool_seed, task, candidate)
+    with the columns of :data:`POOL_COLUMNS`; :attr:`meta` records how it was built."""
+
+    frame: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        missing = [c for c in POOL_COLUMNS if c not in self.frame.columns]
+        if missing:
+            raise DataQualityError(f"candidate pool lacks column(s) {missing}; build it with orchrm.evaluation.build_pool")
+        self.frame = self.frame.sort_values(["pool_seed", "domain", "task_id", "candidate"], kind="stable").reset_index(drop=True)
+
+    @property
+    def candidates(self) -> int:
+        """Candidates per task (the smallest count of any task)."""
+        if self.frame.empty:
+            return 0
+        return int(self.frame.groupby(["pool_seed", "task_id"]).size().min())
+
+    @property
+    def tasks(self) -> int:
+        return int(self.frame["task_id"].nunique())
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the pool to a Parquet file atomically (``meta`` in the file's key-value metadata)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(self.frame, preserve_index=False)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"orchrm.pool": json.dumps(self.meta).encode()})
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return atomic_write_bytes(path, lambda tmp: pq.write_table(table, tmp))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CandidatePool:
+        import pyarrow.parquet as pq
+
+        source = Path(path)
+        if not source.is_file():
+            raise FileNotFoundError(f"candidate pool {source} not found; build one with orchrm.evaluation.build_pool")
+        table = pq.read_table(source)
+        raw = (table.schema.metadata or {}).get(b"orchrm.pool")
+        return cls(table.to_pandas(), json.loads(raw) if raw else {})
+
+
+def build_pool(
+    config: PipelineConfig, *, tasks: Sequence[Any] | None = None, progress: bool = True, workers: int | None = None
+) -> CandidatePool:
+    """The held-out candidate pool of ``config.evaluate``: tasks from :func:`held_out_tasks` (or
+    ``tasks``), ``candidates`` base-sampler plans each, every candidate executed once per pool
+    seed and re-run ``repeats`` times for its expected quality and cost.
+
+    Deterministic for a config: plans and executions are seeded from ``(evaluate.seed, task_id,
+    plan_id, pool seed or re-run)``, never from the worker or the order the work finishes in.
+    ``workers`` (default ``collect.workers``, else one per core) processes share the tasks.
+    """
+    from orchrm.util.progress import progress_bar
+
+    e = config.evaluate
+    tasks = list(held_out_tasks(config) if tasks is None else tasks)
+    if not tasks:
+        raise ConfigError("no held-out tasks to build a pool from: raise evaluate.tasks_per_domain")
+    missing_reference = [t.task_id for t in tasks if t.reference is None]
+    if missing_reference:
+        raise DataQualityError(
+            f"task(s) {missing_reference[:5]} have no reference: a candidate's quality cannot be measured; evaluate on "
+            "tasks with a reference"
+        )
+    kwargs = dict(candidates=e.candidates, seed=e.seed, pool_seeds=tuple(e.pool_seeds), repeats=e.repeats, noise=config.sandbox)
+    workers = workers or config.collect.workers or os.cpu_count() or 1
+    chunk = max(1, min(8, len(tasks) // (workers * 4) or 1))
+    chunks = [tasks[i : i + chunk] for i in range(0, len(tasks), chunk)]
+    bar = progress_bar(total=len(tasks), desc="evaluation pool", unit="task", enabled=progress)
+    results: list[list[dict]] = []
+    try:
+        if workers == 1 or len(chunks) == 1:
+            for c in chunks:
+                results.append(_pool_rows(c, **kwargs))
+                bar.update(len(c))
+        else:
+            try:
+                with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
+                    futures = [pool.submit(_pool_rows, c, **kwargs) for c in chunks]
+                    for fut, c in zip(futures, chunks, strict=True):
+                        results.append(fut.result())
+                        bar.update(len(c))
+            except BrokenProcessPool:
+                raise CollectionError(
+                    f"a worker process building the evaluation pool died ({workers} workers). Called from a script? "
+                    "Worker processes start fresh and import the script again: put the call under "
+                    '`if __name__ == "__main__":`. Otherwise it may have run out of memory: pass workers=1'
+                ) from None
+    finally:
+        bar.close()
+    frame = pd.DataFrame([r for rows in results for r in rows], columns=list(POOL_COLUMNS))
+    meta = {"seed": e.seed, "candidates": e.candidates, "pool_seeds": list(e.pool_seeds), "repeats": e.repeats,
+            "tasks": len(tasks), "sampler": "base"}
+    short = frame.groupby("task_id").size().lt(e.candidates * len(e.pool_seeds))
+    if short.any():
+        log.warning("%d task(s) have fewer than %d distinct candidate plans", int(short.sum()), e.candidates)
+    return CandidatePool(frame, meta)
+
+

@@ -1,0 +1,129 @@
+"""The evaluation report: the flat metrics, the tables behind them and their markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from orchrm.config import EvaluateConfig
+from orchrm.evaluation.metrics import fmt_number
+from orchrm.evaluation.plots import plot_report
+from orchrm.evaluation.selectors import SELECTORS
+from orchrm.util.fileio import atomic_write_bytes
+
+
+@dataclass
+class EvaluationReport:
+    """What :func:`evaluate` measured: flat :attr:`metrics` (MLflow-safe names, see the module
+    docstring of the contract), the champion's when one was evaluated, and the :attr:`tables`
+    (``pairwise``, ``calibration``, ``best_of_n``, ``gap_closed``, ``latency``; ``champion_*``)."""
+
+    metrics: dict[str, float]
+    champion_metrics: dict[str, float] | None
+    tables: dict[str, pd.DataFrame]
+    config: EvaluateConfig | None = None
+    pool_meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gates_n(self) -> int:
+        return self.config.gates.best_of if self.config else int(self.tables["latency"]["N"].iloc[0])
+
+    def write(self, out_dir: str | os.PathLike) -> dict[str, Path]:
+        """``metrics.json`` (metrics, champion metrics, pool), one CSV per table, and the plots
+        ``quality_vs_n.png``, ``quality_vs_tokens.png``, ``reliability.png``, each written
+        atomically; returns ``{name: path}``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths: dict[str, Path] = {}
+        data = {"metrics": self.metrics, "champion_metrics": self.champion_metrics, "pool": self.pool_meta,
+                "config": self.config.model_dump(mode="json") if self.config else None}
+        paths["metrics"] = atomic_write_bytes(out / "metrics.json", lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2) + "\n"))
+        for name, table in self.tables.items():
+            paths[name] = atomic_write_bytes(out / f"{name}.csv", lambda tmp, t=table: t.to_csv(tmp, index=False))
+        paths |= plot_report(self, out)
+        return paths
+
+    def _best_of_n(self, domain: str = "all") -> pd.DataFrame:
+        t = self.tables["best_of_n"]
+        return t[t["domain"] == domain]
+
+    def summary(self) -> str:
+        """The tables a person reads in a terminal."""
+        m = self.metrics
+        lines = [f"pairwise accuracy {fmt_number(m.get('pairwise_accuracy', math.nan))} "
+                 f"[{fmt_number(m.get('pairwise_accuracy_ci_low', math.nan), 2)}, {fmt_number(m.get('pairwise_accuracy_ci_high', math.nan), 2)}]"
+                 f"  BT loss {fmt_number(m.get('bt_loss', math.nan))}  ECE {fmt_number(m.get('ece', math.nan))}"
+                 f"  reward mean {fmt_number(m.get('reward_mean', math.nan))} std {fmt_number(m.get('reward_std', math.nan))}"]
+        pw = self.tables["pairwise"]
+        lines.append(pw.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        t = self._best_of_n()
+        q = t.pivot(index="selector", columns="N", values="quality").reindex([s for s in SELECTORS if s in set(t["selector"])])
+        lines += ["", "best-of-N, mean realised quality over held-out tasks (all domains):",
+                  q.to_string(float_format=lambda x: f"{x:.3f}")]
+        n = self.gates_n
+        at = t[t["N"] == n].set_index("selector").reindex([s for s in SELECTORS if s in set(t["selector"])])
+        lines += ["", f"best-of-{n}: quality [95% interval over tasks] (std over pool seeds), expected quality, tokens per task:"]
+        lines.append(f"{'selector':<16}{'quality':>8} {'interval':>15}{'seeds':>7}{'expected':>9}{'execution':>11}{'scoring':>9}{'judging':>8}")
+        for s, r in at.iterrows():
+            lines.append(f"{s:<16}{r.quality:>8.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]{r.seed_std:>7.3f}{r.expected:>9.3f}"
+                         f"{r.tokens_execution:>11.0f}{r.tokens_scoring:>9.0f}{r.tokens_judging:>8.0f}")
+        g = self.tables["gap_closed"]
+        g = g[g["N"] == n]
+        lines += ["", f"gap closed at N = {n} (random -> expected oracle, in expected quality):"]
+        lines += [f"  {r.domain:<10}{fmt_number(r.gap_closed)} [{fmt_number(r.ci_low, 2)}, {fmt_number(r.ci_high, 2)}]  "
+                  f"(random {r.random:.3f}, reward model {r.reward_model:.3f}, oracle {r.expected_oracle:.3f}; {r.tasks} tasks)"
+                  for r in g.itertuples()]
+        lines += ["", f"scoring latency p50: {fmt_number(m.get('scoring_latency_ms_p50', math.nan), 1)} ms for {n} candidates"]
+        if self.champion_metrics is not None:
+            key = f"expected.best_of_{n}.reward_model"
+            lines.append(f"champion on the same pool: best-of-{n} expected quality {fmt_number(self.champion_metrics.get(key, math.nan))} "
+                         f"(this model {fmt_number(m.get(key, math.nan))})")
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        """The report as Markdown: pairwise accuracy, best-of-N per domain, gap closed, latency."""
+        m = self.metrics
+        n = self.gates_n
+        lines = ["## Pairwise accuracy (held-out pairs)", "",
+                 "| granularity | domain | pairs | tasks | accuracy [95% CI] | BT loss |", "|---|---|---:|---:|---:|---:|"]
+        for r in self.tables["pairwise"].itertuples():
+            lines.append(f"| {r.granularity} | {r.domain} | {r.pairs} | {r.tasks} | {r.accuracy:.3f} "
+                         f"[{fmt_number(r.ci_low, 2)}, {fmt_number(r.ci_high, 2)}] | {r.bt_loss:.3f} |")
+        lines += ["", f"ECE {fmt_number(m.get('ece', math.nan))}; reward mean {fmt_number(m.get('reward_mean', math.nan))}, "
+                  f"std {fmt_number(m.get('reward_std', math.nan))}.", ""]
+        t = self.tables["best_of_n"]
+        for domain in ["all", *sorted(d for d in t["domain"].unique() if d != "all")]:
+            sub = t[t["domain"] == domain]
+            ns = sorted(sub["N"].unique())
+            lines += [f"## Best-of-N: {domain}", "",
+                      "Mean realised quality [95% interval over tasks]; tokens per task at N = "
+                      f"{n} (execution / scoring / judging).", "",
+                      "| selector | " + " | ".join(f"N = {k}" for k in ns) + f" | tokens at N = {n} |",
+                      "|---|" + "---:|" * (len(ns) + 1)]
+            for s in SELECTORS:
+                rows = sub[sub["selector"] == s].set_index("N")
+                if rows.empty:
+                    continue
+                cells = [f"{rows.loc[k, 'quality']:.3f} [{fmt_number(rows.loc[k, 'ci_low'], 2)}, {fmt_number(rows.loc[k, 'ci_high'], 2)}]" for k in ns]
+                tok = rows.loc[n] if n in rows.index else None
+                tok_cell = "" if tok is None else f"{tok.tokens_execution:.0f} / {tok.tokens_scoring:.0f} / {tok.tokens_judging:.0f}"
+                lines.append(f"| {s} | " + " | ".join(cells) + f" | {tok_cell} |")
+            lines.append("")
+        g = self.tables["gap_closed"]
+        g = g[g["N"] == n]
+        lines += [f"## Gap closed at N = {n}", "", "Fraction of the random -> expected-oracle gap (expected quality) closed by the reward model.", "",
+                  "| domain | tasks | random | reward model | expected oracle | gap closed [95% CI] |", "|---|---:|---:|---:|---:|---:|"]
+        for r in g.itertuples():
+            lines.append(f"| {r.domain} | {r.tasks} | {r.random:.3f} | {r.reward_model:.3f} | {r.expected_oracle:.3f} | "
+                         f"{fmt_number(r.gap_closed)} [{fmt_number(r.ci_low, 2)}, {fmt_number(r.ci_high, 2)}] |")
+        lines += ["", f"Scoring latency p50: {fmt_number(m.get('scoring_latency_ms_p50', math.nan), 1)} ms for {n} candidates.", ""]
+        return "\n".join(lines)
+
+

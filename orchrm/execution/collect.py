@@ -1,0 +1,414 @@
+"""Collection: sample candidate plans for many tasks, execute them, and build the artifact table.
+
+Two modes. ``full`` runs ``plans_per_task`` candidate plans per task to their sink (what
+correct-over-incorrect pairs need). ``branch`` runs plan *prefixes* only: per task a tree of
+``branches`` alternatives at each shared prefix, down to ``branch_depth`` (:func:`branch_plans`),
+so that many same-state intermediate comparisons (DESIGN §5) come out of few tokens (issue 17).
+
+Parallel across tasks with worker processes, deterministic for a seed: every task's plans and
+every execution are seeded from ``(seed, task_id, plan_id)``, so the table does not depend on
+the number of workers or the order in which they finish.
+
+>>> df = collect(domains=["math"], tasks_per_domain=5, plans_per_task=4, seed=0)  # doctest: +SKIP
+>>> prefixes = collect(domains=["math"], tasks_per_domain=5, mode="branch", branches=16)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from multiprocessing import get_context
+from pathlib import Path
+
+import pandas as pd
+
+from orchrm.config import CollectConfig
+from orchrm.data.tables import artifacts_frame, check_output_table, write_table
+from orchrm.errors import CollectionError, ConfigError, TaskError
+from orchrm.execution.executor import MultiAgentExecutor
+from orchrm.execution.samplers import get_sampler
+from orchrm.execution.sandbox.config import NoiseConfig
+from orchrm.execution.tasks.base import Task, load_tasks, sources, stable_id
+from orchrm.plans import Plan
+from orchrm.util.progress import progress_bar
+
+
+def allocate(n: int, shares: Mapping[str, float]) -> dict[str, int]:
+    """Split ``n`` plans among samplers by ``shares`` (largest remainder, stable order)."""
+    total = sum(shares.values())
+    exact = {k: n * v / total for k, v in shares.items()}
+    counts = {k: math.floor(x) for k, x in exact.items()}
+    for k in sorted(exact, key=lambda k: (counts[k] - exact[k], k))[: n - sum(counts.values())]:
+        counts[k] += 1
+    return counts
+
+
+def plans_for_task(task: Task, n: int, seed: int, shares: Mapping[str, float]) -> list[tuple[str, Plan]]:
+    """``n`` distinct (sampler name, plan) pairs for ``task``; each sampler gets its share, and a
+    plan one sampler already proposed is not repeated by the next."""
+    out: dict[str, tuple[str, Plan]] = {}
+    for name, count in allocate(n, shares).items():
+        if count == 0:
+            continue
+        sampler = get_sampler(name)
+        rng = random.Random(int(stable_id("plans", seed, task.task_id, name, n=16), 16))
+        got = 0
+        for plan in sampler.sample(task, count + len(out), rng):
+            if got == count:
+                break
+            if plan.plan_id not in out:
+                out[plan.plan_id] = (name, plan)
+                got += 1
+    return list(out.values())
+
+
+#: collection modes of :func:`collect`
+MODES: tuple[str, ...] = ("full", "branch")
+
+#: branch mode: candidate plans each sampler proposes per task, the menu the alternatives of
+#: every shared prefix are picked from
+BRANCH_CANDIDATES = 64
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One execution: ``plan``, written by sampler ``orchestrator``, run to ``stop_after_depth``
+    (inclusive; None: to the sink)."""
+
+    orchestrator: str
+    plan: Plan
+    stop_after_depth: int | None
+
+
+def prefix_text(plan: Plan, depth: int) -> str:
+    """The nodes of ``plan`` at depth <= ``depth`` and the edges among them, rendered: the state
+    every alternative branched below it shares ("" below depth 0)."""
+    nodes = plan.prefix(depth) if depth >= 0 else ()
+    ids = {n.id for n in nodes}
+    return "\n".join([n.render() for n in nodes] + [e.render() for e in plan.edges if e.source in ids and e.target in ids])
+
+
+def branch_plans(task: Task, *, branches: int, depth: int, seed: int, shares: Mapping[str, float]) -> list[Branch]:
+    """The executions of the branch mode for ``task``: a tree of plan prefixes.
+
+    Each sampler proposes :data:`BRANCH_CANDIDATES` plans (in the order it ranks them). Level 0
+    takes ``branches`` plans with distinct depth-0 steps, each sampler its share of them. Level
+    ``d`` (1 .. ``depth``) takes, for every distinct level ``d - 1`` prefix that continues, up to
+    ``branches`` plans sharing that prefix with distinct depth-``d`` steps: the level above's own
+    plan first, then the other candidates (fewer when the candidates hold fewer). Every plan runs
+    once, to the deepest level it was taken at; an alternative re-runs its shared prefix with
+    its own seed, so its tokens count that prefix too.
+
+    Worked example, ``branches=3, depth=1``: level 0 might take ``CoT``, ``WebSearch(2, 4)`` and
+    ``SelfConsistency(k=5)`` (three one-step prefixes, compared with each other at depth 0); only
+    the WebSearch plan continues, so level 1 takes it and two more candidates that start with the
+    same ``WebSearch(2, 4)`` but call another reasoner next (compared at depth 1).
+    """
+    candidates: dict[str, tuple[str, Plan]] = {}  # plan_id -> (first sampler proposing it, plan)
+    by_sampler: dict[str, list[Plan]] = {}
+    for name in shares:
+        rng = random.Random(int(stable_id("branch", seed, task.task_id, name, n=16), 16))
+        by_sampler[name] = get_sampler(name).sample(task, BRANCH_CANDIDATES, rng)
+        for plan in by_sampler[name]:
+            candidates.setdefault(plan.plan_id, (name, plan))
+    level: list[Plan] = []
+    firsts: set[str] = set()
+    for name, count in allocate(branches, shares).items():
+        fresh = (p for p in by_sampler[name] if prefix_text(p, 0) not in firsts)
+        for plan in itertools.islice(fresh, count):
+            firsts.add(prefix_text(plan, 0))
+            level.append(plan)
+    stop = {p.plan_id: 0 for p in level}  # plan_id -> deepest level taken at (insertion order = run order)
+    for d in range(1, depth + 1):
+        above, level = level, []
+        for state in dict.fromkeys(prefix_text(p, d - 1) for p in above if p.max_depth >= d):
+            menu = [*above, *(p for _, p in candidates.values())]
+            steps: set[str] = set()
+            for plan in menu:
+                if len(steps) == branches:
+                    break
+                if plan.max_depth < d or prefix_text(plan, d - 1) != state or prefix_text(plan, d) in steps:
+                    continue
+                steps.add(prefix_text(plan, d))
+                level.append(plan)
+                stop[plan.plan_id] = d
+    return [Branch(candidates[plan_id][0], candidates[plan_id][1], depth_) for plan_id, depth_ in stop.items()]
+
+
+# one executor per worker process (domain state, BM25 indexes and code sandboxes are reused)
+_WORKER: dict[str, MultiAgentExecutor] = {}
+
+
+def worker_executor(noise: NoiseConfig | None) -> MultiAgentExecutor:
+    """This process's executor for ``noise`` (made once, then reused by every task it runs)."""
+    key = "default" if noise is None else noise.model_dump_json()
+    ex = _WORKER.get(key)
+    if ex is None:
+        ex = _WORKER[key] = MultiAgentExecutor(noise=noise)
+    return ex
+
+
+def run_tasks(
+    tasks: Sequence[Task],
+    *,
+    plans_per_task: int,
+    seed: int,
+    shares: Mapping[str, float],
+    run_id: str,
+    created_at: datetime,
+    noise: NoiseConfig | None = None,
+    stop_after_depth: int | None = None,
+    mode: str = "full",
+    branches: int = 16,
+    branch_depth: int = 0,
+    repeats: int = 1,
+) -> list[dict]:
+    """Artifact rows of all candidate plans of ``tasks``, each executed ``repeats`` times (runs in
+    a worker process)."""
+    ex = worker_executor(noise)
+    rows: list[dict] = []
+    for task in tasks:
+        if mode == "branch":
+            runs = branch_plans(task, branches=branches, depth=branch_depth, seed=seed, shares=shares)
+        else:
+            runs = [Branch(name, plan, stop_after_depth) for name, plan in plans_for_task(task, plans_per_task, seed, shares)]
+        for b in runs:
+            for r in range(repeats):
+                run = ex.run_plan(
+                    task,
+                    b.plan,
+                    seed=seed,
+                    repeat=r,
+                    orchestrator=b.orchestrator,
+                    run_id=repeat_run_id(run_id, r),
+                    created_at=created_at,
+                    stop_after_depth=b.stop_after_depth,
+                )
+                rows.extend(run.rows)
+    return rows
+
+
+def repeat_run_id(run_id: str, repeat: int) -> str:
+    """The run id of execution ``repeat`` of a collection: the first keeps the collection's own
+    (a collection with ``repeats=1`` is the first execution of one with more), the others add
+    ``-r<repeat>``. Each execution is its own run, so node pairs never mix two executions."""
+    return run_id if repeat == 0 else f"{run_id}-r{repeat}"
+
+
+def parse_sources(text: str) -> str | dict[str, str]:
+    """A task-source option: one source name for every domain collected (``"gsm8k"``), or
+    ``"DOMAIN:NAME,DOMAIN:NAME,..."`` as ``{domain: name}``."""
+    if ":" not in text:
+        return text
+    parts = [part.split(":", 1) for part in text.split(",")]
+    if any(len(p) != 2 or not all(x.strip() for x in p) for p in parts):
+        raise ConfigError(f"task sources {text!r}: give one name for every domain, or DOMAIN:NAME,DOMAIN:NAME,...")
+    return {domain.strip(): name.strip() for domain, name in parts}
+
+
+def load_domain_tasks(domains: Sequence[str], n: int, seed: int, source: str | Mapping[str, str] | None) -> list[Task]:
+    """Tasks of every domain. ``source``: one name for all, or ``{domain: name}`` (domains not
+    collected now may be named too; a name that is no domain with task sources is refused)."""
+    if isinstance(source, Mapping):
+        known = {d for d, _ in sources()}
+        unknown = sorted(set(source) - known)
+        if unknown:
+            raise TaskError(
+                f"task sources given for unknown domain(s) {', '.join(map(repr, unknown))}; domains with task "
+                f"sources: {', '.join(sorted(known))}"
+            )
+    tasks: list[Task] = []
+    for d in domains:
+        src = source.get(d, "builtin") if isinstance(source, Mapping) else (source or "builtin")
+        tasks.extend(load_tasks(d, n, seed=seed, source=src))
+    return tasks
+
+
+def collection_run_id(
+    seed: int,
+    plans_per_task: int,
+    shares: Mapping[str, float],
+    task_ids: Sequence[str],
+    noise: NoiseConfig | None,
+    *,
+    branches: int | None = None,
+) -> str:
+    """The run id: a hash of everything that changes the rows (artifact ids derive from it).
+
+    The sandbox noise config is hashed only when it differs from the default: naming the default
+    explicitly is the same run as leaving it out. ``stop_after_depth`` (and the branch mode's
+    ``branch_depth``) is left out on purpose: a prefix run's rows are exactly the full run's rows
+    for those nodes, so they share ids. ``branches`` (given in branch mode only, where
+    ``plans_per_task`` is unused) replaces ``plans_per_task``.
+    """
+    if branches is None:
+        parts: list = [seed, plans_per_task, sorted(shares.items()), *task_ids]
+    else:
+        parts = ["branch", seed, branches, sorted(shares.items()), *task_ids]
+    if noise is not None and noise != NoiseConfig():
+        parts.append(noise.model_dump_json())
+    return stable_id("collect", *parts)
+
+
+def collect(
+    domains: Sequence[str] = ("math", "code", "multihop", "webqa"),
+    tasks_per_domain: int = 50,
+    plans_per_task: int = 8,
+    seed: int = 0,
+    *,
+    source: str | Mapping[str, str] | None = None,
+    tasks: Sequence[Task] | None = None,
+    workers: int | None = None,
+    noise: NoiseConfig | None = None,
+    orchestrators: Mapping[str, float] | None = None,
+    stop_after_depth: int | None = None,
+    mode: str = "full",
+    branches: int = 16,
+    branch_depth: int = 0,
+    repeats: int = 1,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Run ``plans_per_task`` candidate plans on each task and return the artifact table.
+
+    ``mode="full"`` runs every plan to its sink (or to ``stop_after_depth``). ``mode="branch"``
+    runs plan prefixes only: per task, ``branches`` alternatives at every shared prefix down to
+    depth ``branch_depth`` (:func:`branch_plans`; ``plans_per_task`` is then unused). Its rows
+    are artifact rows like any other (``plan_text`` the whole plan, nodes past the stop depth
+    absent), so :func:`orchrm.data.pairs.build_pairs` reads them unchanged.
+
+    ``repeats`` executes every plan (or prefix) that many times, each execution its own run
+    (:func:`repeat_run_id`): pairs then compare a plan's mean quality over its executions, so labels
+    follow expected rather than lucky quality, for ``repeats`` times the tokens (issue 17).
+
+    ``tasks`` overrides ``domains``/``tasks_per_domain``/``source``; a task id given twice is
+    refused (its artifacts would share ids). ``workers`` defaults to the number of CPU cores;
+    small jobs run in this process.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"collection mode {mode!r} is unknown; use one of {', '.join(MODES)}")
+    if mode == "branch":
+        if stop_after_depth is not None:
+            raise ConfigError("stop_after_depth is for mode='full'; the branch mode stops every plan itself: set branch_depth")
+        if branches < 2 or branch_depth < 0:
+            raise ConfigError(f"branch mode needs branches >= 2 (got {branches}) and branch_depth >= 0 (got {branch_depth})")
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ConfigError(f"repeats must be a whole number >= 1 (executions of every plan), got {repeats!r}")
+    shares = dict(orchestrators or {"base": 0.5, "specialized": 0.5})
+    if tasks is None:
+        tasks = load_domain_tasks(domains, tasks_per_domain, seed, source)
+    tasks = list(tasks)
+    repeated = sorted(task_id for task_id, n in Counter(t.task_id for t in tasks).items() if n > 1)
+    if repeated:
+        raise TaskError(
+            f"task id(s) {', '.join(map(repr, repeated))} given more than once: their artifacts would share ids; "
+            "pass each task once"
+        )
+    run_id = collection_run_id(
+        seed, plans_per_task, shares, [t.task_id for t in tasks], noise, branches=branches if mode == "branch" else None
+    )
+    created_at = datetime.now(UTC)
+    kwargs = dict(
+        plans_per_task=plans_per_task,
+        seed=seed,
+        shares=shares,
+        run_id=run_id,
+        created_at=created_at,
+        noise=noise,
+        stop_after_depth=stop_after_depth,
+        mode=mode,
+        branches=branches,
+        branch_depth=branch_depth,
+        repeats=repeats,
+    )
+    workers = workers or os.cpu_count() or 1
+    chunk = max(1, min(16, len(tasks) // (workers * 4) or 1))
+    chunks = [tasks[i : i + chunk] for i in range(0, len(tasks), chunk)]
+    results: dict[int, list[dict]] = {}
+    bar = progress_bar(total=len(tasks), desc="collect", unit="task", enabled=progress)
+    try:
+        if workers == 1 or len(chunks) == 1:
+            for i, c in enumerate(chunks):
+                results[i] = run_tasks(c, **kwargs)
+                bar.update(len(c))
+        else:
+            try:
+                with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
+                    futures = {pool.submit(run_tasks, c, **kwargs): i for i, c in enumerate(chunks)}
+                    for fut in as_completed(futures):
+                        i = futures[fut]
+                        results[i] = fut.result()
+                        bar.update(len(chunks[i]))
+            except BrokenProcessPool:
+                raise CollectionError(
+                    f"a collection worker process died before it finished ({workers} workers). Called from a "
+                    "script? Worker processes start fresh and import the script again: put the call under "
+                    "`if __name__ == \"__main__\":`. Otherwise it may have run out of memory: use fewer workers "
+                    "(workers=1 runs in this process)"
+                ) from None
+    finally:
+        bar.close()
+    rows = [r for i in range(len(chunks)) for r in results[i]]
+    return artifacts_frame(rows)
+
+
+def collect_from_config(config: CollectConfig, noise: NoiseConfig | None = None, *, progress: bool = True) -> pd.DataFrame:
+    """:func:`collect` with every setting of ``config`` (the one place that maps the config's
+    fields to its arguments: the pipeline, ``orchrm collect`` and the benchmarks call this)."""
+    return collect(
+        domains=config.domains,
+        tasks_per_domain=config.tasks_per_domain,
+        plans_per_task=config.plans_per_task,
+        seed=config.seed,
+        source=dict(config.sources) or None,
+        workers=config.workers,
+        noise=noise,
+        orchestrators=config.orchestrators,
+        mode=config.mode,
+        branches=config.branches,
+        branch_depth=config.branch_depth,
+        repeats=config.repeats,
+        progress=progress,
+    )
+
+
+def collect_to_file(out: str | os.PathLike, **kwargs) -> pd.DataFrame:
+    """:func:`collect`, then write the table atomically to ``out`` (.parquet or .jsonl); a path
+    that cannot be written is refused before collecting."""
+    check_output_table(out)
+    df = collect(**kwargs)
+    write_table(df, Path(out))
+    return df
+
+
+def summarize(df: pd.DataFrame) -> str:
+    """Per-domain summary: tasks, plans, artifacts, accuracy of the mean and of the best
+    candidate, tokens and cost per plan. Plans that ran a prefix only (branch mode) count as
+    plans and in the tokens; the accuracies are over the plans that reached their sink."""
+    if df.empty:
+        return "no artifacts"
+    finals = df[df["is_final"]]
+    plan_tokens = df.assign(tokens=df.prompt_tokens + df.completion_tokens).groupby(["domain", "task_id", "plan_id"])[["tokens", "cost"]].sum()
+    lines = [
+        f"{'domain':<10}{'tasks':>6}{'plans':>7}{'artifacts':>10}{'mean q':>8}{'best q':>8}{'tokens/plan':>12}{'cost/plan':>11}"
+    ]
+    for domain, g in df.groupby("domain", sort=True):
+        f = finals[finals["domain"] == domain]
+        mean_q = f"{f['quality'].mean():>8.3f}" if len(f) else f"{'-':>8}"
+        best_q = f"{f.groupby('task_id')['quality'].max().mean():>8.3f}" if len(f) else f"{'-':>8}"
+        pt = plan_tokens.loc[domain]
+        lines.append(
+            f"{domain:<10}{g.task_id.nunique():>6}{len(pt):>7}{len(g):>10}"
+            f"{mean_q}{best_q}{pt.tokens.mean():>12.0f}{pt.cost.mean():>11.0f}"
+        )
+    prefixes = len(plan_tokens) - finals.groupby(["domain", "task_id", "plan_id"]).ngroups
+    if prefixes:
+        lines.append(f"{prefixes} of {len(plan_tokens)} plans ran a prefix only; mean q / best q: the plans that reached their sink")
+    return "\n".join(lines)

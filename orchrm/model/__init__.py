@@ -1,0 +1,29 @@
+"""The reward model: BradleyTerryModel (the one forward pass), its encoders, the model file,
+batching by task, the Trainer and its checkpoints.
+
+Nothing here imports MLflow, Prefect, Great Expectations or the sandbox: a serving process that
+loads a saved model carries only this package (the Trainer reports through a callback that
+:mod:`orchrm.ops` implements).
+
+>>> from orchrm.model import BradleyTerryModel, bt_loss  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BradleyTerryModel": "orchrm.model.reward_model",
+    "bt_loss": "orchrm.model.reward_model",
+    "Trainer": "orchrm.model.trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchrm.model' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
