@@ -101,8 +101,8 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     :class:`TraceSchemaError`; nothing is returned half-normalised.
     """
     from orchrm.data.quality import numeric_match, token_f1
-    from orchrm.execution.tasks.base import stable_id
     from orchrm.plans import Plan
+    from orchrm.util.digests import stable_id
     from orchrm.util.tokens import count_tokens
 
     if not isinstance(df, pd.DataFrame):

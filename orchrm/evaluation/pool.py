@@ -88,7 +88,7 @@ def expected_quality(executor: Any, task: Any, plan: Any, *, repeats: int = 20, 
 
 
 def _seed_of(*parts: object) -> int:
-    from orchrm.execution.tasks.base import stable_id
+    from orchrm.util.digests import stable_id
 
     return int(stable_id(*parts, n=12), 16)
 

@@ -36,8 +36,9 @@ from orchrm.errors import CollectionError, ConfigError, TaskError
 from orchrm.execution.executor import MultiAgentExecutor
 from orchrm.execution.samplers import get_sampler
 from orchrm.execution.sandbox.config import NoiseConfig
-from orchrm.execution.tasks.base import Task, load_tasks, sources, stable_id
+from orchrm.execution.tasks.base import Task, load_tasks, sources
 from orchrm.plans import Plan
+from orchrm.util.digests import stable_id
 from orchrm.util.progress import progress_bar
 
 

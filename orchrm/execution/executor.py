@@ -25,8 +25,9 @@ from orchrm.data.tables import artifacts_frame
 from orchrm.errors import ConfigError, PlanError
 from orchrm.execution.backend import Backend, NodeOutput
 from orchrm.execution.sandbox.config import NoiseConfig
-from orchrm.execution.tasks.base import Task, stable_id
+from orchrm.execution.tasks.base import Task
 from orchrm.plans import Plan
+from orchrm.util.digests import stable_id
 
 if TYPE_CHECKING:
     from orchrm.execution.samplers import BaseSampler, RoleSampler, SpecializedSampler

@@ -41,6 +41,7 @@ import yaml
 
 from orchrm.config import CollectConfig, EvaluateConfig, GatesConfig, NoiseConfig, PipelineConfig
 from orchrm.errors import ConfigError, DataQualityError, RegistryError, TrainingError
+from orchrm.util.digests import file_digest, source_hash
 
 if TYPE_CHECKING:
     from orchrm.evaluation.gates import Verdict
@@ -195,29 +196,8 @@ class Reevaluation:
 # small helpers: hashing, files, MLflow runs
 
 
-def code_version() -> str:
-    """A hash of the ``orchrm`` package's source (every ``.py`` and ``.c`` file) and its version:
-    collection and pool caches are keyed on it, so changed code never reuses stale tables."""
-    import orchrm
-
-    root = Path(orchrm.__file__).resolve().parent
-    h = hashlib.sha256(orchrm.__version__.encode())
-    for path in sorted([*root.rglob("*.py"), *root.rglob("*.c")]):
-        h.update(path.relative_to(root).as_posix().encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _write_json(path: Path, data: Any) -> Path:
@@ -281,7 +261,7 @@ def find_new_traces(traces_dir: str | os.PathLike, *, data_dir: str | os.PathLik
             "there (JSONL or Parquet in the artifact schema), or set pipeline.traces_dir to another folder"
         )
     files = tuple(sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in TRACE_SUFFIXES and not p.name.startswith(".")))
-    digests = {str(p): _file_digest(p) for p in files}
+    digests = {str(p): file_digest(p) for p in files}
     seen = _ledger(Path(data_dir))
     new = tuple(p for p in files if digests[str(p)] not in seen)
     return NewTraces(folder=folder, files=files, new=new, digests=digests)
@@ -657,7 +637,7 @@ def run_pipeline(
     out.mkdir(parents=True, exist_ok=True)
     clock = _Clock(say)
     data_dir = config.data_dir
-    version = code_version()
+    version = source_hash()
 
     new: NewTraces | None = None
     if traces_dir is not None:
@@ -781,7 +761,7 @@ def reevaluate_champion(
     parent = registry.start_run(fresh, "reevaluate", tags={"champion_version": str(champion), "evaluate.seed": str(seed)})
     try:
         pairs = champion_pairs(config, champion)
-        pool = _call(stages.build_pool, evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=code_version(), progress=progress)
+        pool = _call(stages.build_pool, evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=source_hash(), progress=progress)
         say(f"fresh held-out pool: {pool.tasks} tasks (seed {seed}); held-out pairs of the champion's run: {pairs.path}")
         evaluation = _call(stages.evaluate, None, pairs, pool, config=fresh, out_dir=str(out), parent_run_id=parent)
         say(evaluation.summary)

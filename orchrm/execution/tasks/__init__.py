@@ -19,7 +19,6 @@ from orchrm.execution.tasks.base import (
     register_source,
     register_text_parser,
     sources,
-    stable_id,
     text_parser,
 )
 
@@ -36,6 +35,5 @@ __all__ = [
     "register_source",
     "register_text_parser",
     "sources",
-    "stable_id",
     "text_parser",
 ]

@@ -5,7 +5,6 @@ turns free text into one of its tasks (:func:`register_text_parser`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -110,11 +109,6 @@ class Task:
             "reference": self.reference,
             "metadata": dict(self.metadata),
         }
-
-
-def stable_id(*parts: object, n: int = 12) -> str:
-    """A short hex id from the parts' text (stable across processes and runs)."""
-    return hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()[:n]
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,9 @@ from orchrm.execution.tasks.base import (
     register_heuristic,
     register_source,
     register_text_parser,
-    stable_id,
 )
 from orchrm.plans import Plan
+from orchrm.util.digests import stable_id
 
 DOMAIN = "math"
 GSM8K_FILE = "gsm8k/test.jsonl"

@@ -43,7 +43,6 @@ from orchrm.execution.tasks.base import (
     register_heuristic,
     register_source,
     register_text_parser,
-    stable_id,
 )
 from orchrm.execution.tasks.qa import (
     POPULARITY,
@@ -54,6 +53,7 @@ from orchrm.execution.tasks.qa import (
     unique_name,
 )
 from orchrm.plans import Plan
+from orchrm.util.digests import stable_id
 
 DOMAIN = "multihop"
 WORLD_ID = 0  # the built-in world; questions differ by seed, the encyclopaedia does not

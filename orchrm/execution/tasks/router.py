@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from orchrm.execution.tasks.base import Task, stable_id, text_parser
+from orchrm.execution.tasks.base import Task, text_parser
+from orchrm.util.digests import stable_id
 
 _CODE = re.compile(r"\bdef\s+\w+\s*\(|\bpython\b|\bfunction\b|\bimplement\b|\breturn\b|```", re.I)
 _MATH = re.compile(

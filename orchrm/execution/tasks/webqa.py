@@ -40,7 +40,6 @@ from orchrm.execution.tasks.base import (
     register_heuristic,
     register_source,
     register_text_parser,
-    stable_id,
 )
 from orchrm.execution.tasks.qa import (
     POPULARITY,
@@ -51,6 +50,7 @@ from orchrm.execution.tasks.qa import (
     unique_name,
 )
 from orchrm.plans import Plan
+from orchrm.util.digests import stable_id
 
 DOMAIN = "webqa"
 WORLD_ID = 0

@@ -1,0 +1,38 @@
+"""Stable hashes, each defined once: ids from parts, a file's digest, the package's source.
+
+>>> stable_id("math", 3)
+'31d5dcc96ef3'
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+
+def stable_id(*parts: object, n: int = 12) -> str:
+    """A short hex id from the parts' text (stable across processes and runs)."""
+    return hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()[:n]
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (64 hex), read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def source_hash() -> str:
+    """A hash of the ``orchrm`` package's source (every ``.py`` and ``.c`` file, with its path) and
+    its version (16 hex): collection, pool and benchmark caches are keyed on it, so changed code
+    never reuses stale tables."""
+    import orchrm
+
+    root = Path(orchrm.__file__).resolve().parent
+    h = hashlib.sha256(orchrm.__version__.encode())
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.c")]):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
