@@ -1,4 +1,4 @@
-"""Prefect flows over :mod:`orchrm.ops.pipeline`: thin files whose tasks wrap the library's stage functions.
+"""Prefect flows over :mod:`orchrm.ops.pipeline`: thin files whose tasks wrap the stage functions of :mod:`orchrm.ops.stages`.
 
 Each file names one stage's tasks (retries where I/O can fail, caching where a stage is a pure
 function of its inputs); :mod:`flows.pipeline` holds the parent flow ``orchrm-pipeline`` and the
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# the function, not the module: the submodule flows.pipeline takes the name `pipeline` in this package
-from orchrm.ops.pipeline import is_transient
+# the function, not the module: the submodules of this package take the names `pipeline` and `stages`
+from orchrm.ops.stages import is_transient
 from orchrm.util.offline import apply_offline_env
 
 # telemetry off and no downloads also when a flow runs without make (a worker, a deployment)

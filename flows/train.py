@@ -4,6 +4,6 @@ a crash is reported and the next run starts afresh with nothing half-registered.
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from orchrm.ops import pipeline
+from orchrm.ops import stages
 
-train = task(pipeline.train_stage, name="train", cache_policy=NO_CACHE)
+train = task(stages.train_stage, name="train", cache_policy=NO_CACHE)

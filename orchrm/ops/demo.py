@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchrm.config import PipelineConfig, load_config
-from orchrm.ops.pipeline import PipelineResult, champion_uri, run_pipeline
+from orchrm.ops.pipeline import PipelineResult, run_pipeline
+from orchrm.ops.stages import champion_uri
 
 Say = Callable[[str], None]
 

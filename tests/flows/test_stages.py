@@ -9,37 +9,37 @@ import pytest
 
 from orchrm.config import PipelineConfig, config_from_dict
 from orchrm.errors import ConfigError
-from orchrm.ops import pipeline
+from orchrm.ops import pipeline, stages
 
 
 def test_a_trace_file_is_new_until_a_run_has_trained_on_it(tmp_path):
     folder, data = tmp_path / "incoming", tmp_path / "data"
     folder.mkdir()
     (folder / "monday.jsonl").write_text('{"a": 1}\n')
-    found = pipeline.find_new_traces(folder, data_dir=data)
+    found = stages.find_new_traces(folder, data_dir=data)
     assert [p.name for p in found.new] == ["monday.jsonl"]
 
-    pipeline.record_ingested(found, data_dir=data, run_id="r1")
+    stages.record_ingested(found, data_dir=data, run_id="r1")
     (folder / "monday.jsonl").rename(folder / "renamed.jsonl")  # same bytes: not new
     (folder / "tuesday.parquet").write_bytes(b"PAR1 new bytes")
     (folder / "notes.txt").write_text("not a trace file")
-    found = pipeline.find_new_traces(folder, data_dir=data)
+    found = stages.find_new_traces(folder, data_dir=data)
     assert [p.name for p in found.files] == ["renamed.jsonl", "tuesday.parquet"]
     assert [p.name for p in found.new] == ["tuesday.parquet"]
 
 
 def test_a_missing_traces_folder_says_what_to_do(tmp_path):
     with pytest.raises(ConfigError, match="does not exist: create it"):
-        pipeline.find_new_traces(tmp_path / "nowhere", data_dir=tmp_path)
+        stages.find_new_traces(tmp_path / "nowhere", data_dir=tmp_path)
 
 
 def test_training_runs_orchrm_train_or_torchrun_in_a_subprocess(tmp_path):
     paths = {"pairs_path": tmp_path / "p.parquet", "model_dir": tmp_path / "m", "config_path": tmp_path / "c.yaml"}
-    plain = pipeline.train_command(PipelineConfig(), run_id="abc", **paths)
+    plain = stages.train_command(PipelineConfig(), run_id="abc", **paths)
     assert plain[:3] == [sys.executable, "-m", "orchrm.cli"] and plain[3] == "train"
     assert plain[-2:] == ["--mlflow-run-id", "abc"] and "--overwrite" in plain
     ddp = config_from_dict({"pipeline": {"launcher": "torchrun", "nproc_per_node": 2}})
-    cmd = pipeline.train_command(ddp, run_id=None, **paths)
+    cmd = stages.train_command(ddp, run_id=None, **paths)
     assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
     assert "--mlflow-run-id" not in cmd
 
@@ -56,9 +56,9 @@ def test_the_weekly_seed_changes_every_week_and_is_never_the_collection_seed():
 
 def test_collection_output_is_keyed_on_every_input(tmp_path):
     cfg = config_from_dict({"data_dir": str(tmp_path), "collect": {"domains": ["math"], "tasks_per_domain": 1, "plans_per_task": 2, "workers": 1}})
-    a = pipeline.collect_stage(cfg.collect, cfg.sandbox, data_dir=cfg.data_dir, code_version="v1")
-    b = pipeline.collect_stage(cfg.collect, cfg.sandbox, data_dir=cfg.data_dir, code_version="v2")
-    c = pipeline.collect_stage(cfg.collect.model_copy(update={"seed": 1}), cfg.sandbox, data_dir=cfg.data_dir, code_version="v1")
+    a = stages.collect_stage(cfg.collect, cfg.sandbox, data_dir=cfg.data_dir, code_version="v1")
+    b = stages.collect_stage(cfg.collect, cfg.sandbox, data_dir=cfg.data_dir, code_version="v2")
+    c = stages.collect_stage(cfg.collect.model_copy(update={"seed": 1}), cfg.sandbox, data_dir=cfg.data_dir, code_version="v1")
     assert len({a.path, b.path, c.path}) == 3
     assert a.rows > 0 and a.origin == "sandbox"
 

@@ -1,0 +1,468 @@
+"""The pipeline's stages as plain functions: typed inputs and outputs, one stage each.
+
+collect (or ingest new traces) -> validate artifacts -> pairs -> validate pairs -> train ->
+evaluate (candidate and champion on the same pool) -> gate -> register (alias ``challenger``) ->
+promote (``champion``, only when every gate passed).
+
+The order lives in :func:`orchrm.ops.pipeline.run_pipeline` alone; the Prefect flows in ``flows/``
+wrap these same functions as tasks. Stages hand each other paths and ids (the dataclasses below),
+never models or clients, so that any of them can run in another thread, process or machine. Each
+stage that logs opens a nested MLflow run under the pipeline's parent run, by id (MLflow's active
+run is per thread). Training runs ``orchrm train`` in a subprocess with a timeout (or
+``torchrun``): a crash there leaves nothing registered, and the next run starts afresh.
+
+>>> pairs = pairs_stage(artifacts, config=config, out_dir=run_dir, parent_run_id=parent)   # doctest: +SKIP
+>>> pairs.rows, pairs.splits                                                               # doctest: +SKIP
+(412, {'test': 61, 'train': 290, 'val': 61})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import yaml
+
+from orchrm.config import CollectConfig, EvaluateConfig, GatesConfig, NoiseConfig, PipelineConfig
+from orchrm.errors import ConfigError, DataQualityError, RegistryError, TrainingError
+from orchrm.util.digests import file_digest
+
+if TYPE_CHECKING:
+    from orchrm.evaluation.gates import Verdict
+
+TRACE_SUFFIXES = (".jsonl", ".parquet")
+
+
+# --------------------------------------------------------------------------------------------
+# what the stages hand each other
+
+
+@dataclass(frozen=True)
+class NewTraces:
+    """The trace files of a folder, and which of them no earlier run has trained on."""
+
+    folder: Path
+    files: tuple[Path, ...]
+    new: tuple[Path, ...]
+    #: file path -> sha256 of its bytes, for every file in ``files``
+    digests: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """An artifact table on disk (DESIGN §3)."""
+
+    path: Path
+    rows: int
+    tasks: int
+    #: ``sandbox`` (collected here) or ``ingest`` (a user's traces)
+    origin: str
+
+
+@dataclass(frozen=True)
+class Validated:
+    """A table that passed its Great Expectations suite (warnings may remain)."""
+
+    suite: str
+    rows: int
+    warnings: tuple[str, ...]
+    out_dir: Path
+    run_id: str
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """A pair table on disk, its pair counts per split and its MLflow dataset digest."""
+
+    path: Path
+    rows: int
+    splits: Mapping[str, int]
+    digest: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A held-out candidate pool on disk (:class:`orchrm.evaluation.CandidatePool`)."""
+
+    path: Path
+    rows: int
+    tasks: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """A model directory written by ``orchrm train`` (``model.safetensors``, ``train_result.json``)."""
+
+    model_dir: Path
+    model_path: Path
+    run_id: str
+    epochs: int
+    best_val_loss: float | None
+    train_seconds: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The candidate's held-out figures and, when there is one, the champion's on the same pool."""
+
+    run_id: str
+    report_dir: Path
+    metrics: Mapping[str, float]
+    champion_metrics: Mapping[str, float] | None
+    champion_version: int | None
+    #: the report's tables as markdown (pairwise accuracy, best-of-N, ...)
+    markdown: str
+    #: the same tables as a person reads them in a terminal
+    summary: str
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A registered model version (alias ``challenger``) and the verdict stored with it."""
+
+    version: int
+    model_uri: str
+    verdict: Verdict
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers: hashing, files, MLflow runs
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _write_json(path: Path, data: Any) -> Path:
+    """Write JSON atomically (a crash leaves the old file, never half a new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _stage_run(config: PipelineConfig, name: str, parent_run_id: str | None):
+    """``with _stage_run(config, "train", parent) as run_id:`` a nested MLflow run, ended
+    FINISHED, or FAILED when the block raises (:func:`orchrm.ops.registry.run`)."""
+    from orchrm.ops import registry
+
+    return registry.run(config, name, parent_run_id=parent_run_id)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a stage's failure may pass on a retry (the tracking server or storage), as
+    opposed to a verdict about the data or the model, which a retry only repeats."""
+    if isinstance(exc, DataQualityError | TrainingError | ConfigError):
+        return False
+    return isinstance(exc, RegistryError | OSError | ConnectionError | TimeoutError)
+
+
+# --------------------------------------------------------------------------------------------
+# stages
+
+
+def find_new_traces(traces_dir: str | os.PathLike, *, data_dir: str | os.PathLike) -> NewTraces:
+    """The trace files (``*.jsonl``, ``*.parquet``) in ``traces_dir`` and which of them are new:
+    not in the ledger of files earlier runs trained on (``<data_dir>/ingest/ingested.json``, by
+    content hash, so a renamed file is not new and an edited one is)."""
+    folder = Path(traces_dir).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(
+            f"the traces folder {folder} does not exist: create it and let your system write its traces "
+            "there (JSONL or Parquet in the artifact schema), or set pipeline.traces_dir to another folder"
+        )
+    files = tuple(sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in TRACE_SUFFIXES and not p.name.startswith(".")))
+    digests = {str(p): file_digest(p) for p in files}
+    seen = _ledger(Path(data_dir))
+    new = tuple(p for p in files if digests[str(p)] not in seen)
+    return NewTraces(folder=folder, files=files, new=new, digests=digests)
+
+
+def _ledger_path(data_dir: Path) -> Path:
+    return data_dir / "ingest" / "ingested.json"
+
+
+def _ledger(data_dir: Path) -> dict[str, Any]:
+    path = _ledger_path(data_dir)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def record_ingested(traces: NewTraces, *, data_dir: str | os.PathLike, run_id: str | None) -> Path:
+    """Add the folder's files to the ledger once a run has trained on them."""
+    seen = _ledger(Path(data_dir))
+    now = datetime.now(UTC).isoformat()
+    for name, digest in traces.digests.items():
+        seen.setdefault(digest, {"file": name, "ingested_at": now, "run_id": run_id})
+    return _write_json(_ledger_path(Path(data_dir)), seen)
+
+
+def ingest_stage(traces: NewTraces, *, out_dir: str | os.PathLike) -> Artifacts:
+    """Normalise every trace file of the folder (old and new: the model retrains on all of them)
+    into one artifact table at ``out_dir/artifacts.parquet``. Each file keeps its own run id (a
+    hash of its contents), so artifact ids never collide across files."""
+    from orchrm.data.ingest import ingest_traces
+    from orchrm.data.tables import read_table, write_table
+
+    frames = [ingest_traces(read_table(p)) for p in traces.files]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    path = write_table(df, Path(out_dir) / "artifacts.parquet")
+    return Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()) if len(df) else 0, origin="ingest")
+
+
+def collect_stage(
+    collect: CollectConfig, sandbox: NoiseConfig, *, data_dir: str, code_version: str, progress: bool = False
+) -> Artifacts:
+    """Run the sandbox collection and write ``<data_dir>/collect/<key>/artifacts.parquet``.
+
+    ``key`` hashes every input (tasks and their source, seed, plans, samplers, sandbox noise and
+    the code version), so the flows can cache this stage on its inputs and a cached result's
+    file is the one those inputs wrote.
+    """
+    from orchrm.data.tables import write_table
+    from orchrm.execution.collect import collect_from_config
+
+    key = _key(collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version)
+    df = collect_from_config(collect, sandbox, progress=progress)
+    path = write_table(df, Path(data_dir) / "collect" / key / "artifacts.parquet")
+    return Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()), origin="sandbox")
+
+
+def _log_validation(config: PipelineConfig, report, *, run_id: str, name: str) -> None:
+    from orchrm.ops import registry
+
+    registry.log_validation(report, run_id=run_id, name=name)
+
+
+def validate_artifacts_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> Validated:
+    """Run ``expectations/artifacts.json``; the results go to MLflow before a failure raises
+    :class:`DataQualityError` (which lists every failed expectation with example rows)."""
+    from orchrm.data.tables import read_table
+    from orchrm.data.validation import validate_artifacts
+
+    target = Path(out_dir) / "validation" / "artifacts"
+    with _stage_run(config, "validate-artifacts", parent_run_id) as run_id:
+        report = validate_artifacts(read_table(artifacts.path), out_dir=target, raise_on_failure=False)
+        _log_validation(config, report, run_id=run_id, name="artifacts")
+        report.raise_for_failures()
+    return Validated("artifacts", artifacts.rows, tuple(f"{o.suite}.{o.name}" for o in report.warnings), target, run_id)
+
+
+def pairs_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> Pairs:
+    """Build win/loss pairs (``config.pairs``), write ``out_dir/pairs.parquet`` and log it to
+    MLflow as a dataset (its digest tags the registered model)."""
+    from orchrm.data.pairs import build_pairs
+    from orchrm.data.tables import read_table, write_table
+    from orchrm.ops import registry
+
+    with _stage_run(config, "build-pairs", parent_run_id) as run_id:
+        pairs = build_pairs(read_table(artifacts.path), config.pairs)
+        path = write_table(pairs, Path(out_dir) / "pairs.parquet")
+        digest = registry.log_pairs_dataset(pairs, run_id=run_id, source=str(path))
+    splits = {str(k): int(v) for k, v in pairs.split.value_counts().sort_index().items()} if len(pairs) else {}
+    return Pairs(path=path, rows=len(pairs), splits=splits, digest=digest, run_id=run_id)
+
+
+def validate_pairs_stage(pairs: Pairs, artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> Validated:
+    """Run ``expectations/pairs.json`` (pairs checked against the artifacts' tasks)."""
+    from orchrm.data.pair_reader import read_pairs
+    from orchrm.data.tables import read_table
+    from orchrm.data.validation import validate_pairs
+
+    target = Path(out_dir) / "validation" / "pairs"
+    with _stage_run(config, "validate-pairs", parent_run_id) as run_id:
+        # the one pair reader, as `orchrm validate` and the Trainer read pair files
+        frame = read_pairs(pairs.path, config=config.pairs)
+        report = validate_pairs(frame, artifacts=read_table(artifacts.path), out_dir=target, raise_on_failure=False)
+        _log_validation(config, report, run_id=run_id, name="pairs")
+        report.raise_for_failures()
+    return Validated("pairs", pairs.rows, tuple(f"{o.suite}.{o.name}" for o in report.warnings), target, run_id)
+
+
+def train_command(config: PipelineConfig, *, pairs_path: Path, model_dir: Path, config_path: Path, run_id: str | None) -> list[str]:
+    """The command line that trains: ``python -m orchrm.cli train ...`` or, with
+    ``pipeline.launcher: torchrun``, ``torchrun --nproc-per-node N -m orchrm.cli train ...``."""
+    run = config.pipeline
+    head = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={run.nproc_per_node}", "-m"] if run.launcher == "torchrun" else [sys.executable, "-m"]
+    args = ["orchrm.cli", "train", "--pairs", str(pairs_path), "--out", str(model_dir), "--config", str(config_path), "--overwrite"]
+    if run_id:
+        args += ["--mlflow-run-id", run_id]
+    return head + args
+
+
+def write_config(config: PipelineConfig, path: Path) -> Path:
+    """The resolved config as YAML (what this run used; the training subprocess reads it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> TrainedModel:
+    """Train in a subprocess (:func:`train_command`) into ``out_dir/model``, with
+    ``pipeline.train_timeout_s``; the child logs params and per-step/per-epoch metrics to this
+    stage's MLflow run through :class:`orchrm.ops.registry.MlflowCallback`.
+
+    A crash, a non-zero exit or the timeout raise :class:`TrainingError` (its message ends with
+    the last lines the trainer printed, the whole log stays in ``model/train.log``); nothing is
+    registered, and the next run trains in a fresh folder.
+    """
+    from orchrm.ops import registry
+
+    out = Path(out_dir)
+    model_dir = out / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    config_path = write_config(config, out / "config.yaml")
+    timeout = config.pipeline.train_timeout_s
+    with _stage_run(config, "train", parent_run_id) as run_id:
+        cmd = train_command(config, pairs_path=pairs.path, model_dir=model_dir, config_path=config_path, run_id=run_id)
+        env = {**os.environ, "MLFLOW_TRACKING_URI": registry.tracking_uri(config), "PYTHONUNBUFFERED": "1"}
+        log_path = model_dir / "train.log"
+        with log_path.open("wb") as out_log:
+            # a session of its own, so a timeout stops torchrun's workers too
+            proc = subprocess.Popen(cmd, stdout=out_log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                raise TrainingError(
+                    f"training did not finish within pipeline.train_timeout_s = {timeout:g} s and was stopped; nothing "
+                    f"was registered. Raise the timeout or train less (train.epochs); the log is {log_path}"
+                ) from None
+            except BaseException:
+                _stop(proc)
+                raise
+        if code != 0:
+            tail = "\n".join(log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-15:])
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            raise TrainingError(
+                f"training {how}; nothing was registered and the next run starts afresh. The log ({log_path}) ends:\n{tail}"
+            )
+        result = json.loads((model_dir / "train_result.json").read_text(encoding="utf-8"))
+    return TrainedModel(
+        model_dir=model_dir,
+        model_path=model_dir / "model.safetensors",
+        run_id=run_id,
+        epochs=len(result.get("history", [])),
+        best_val_loss=result.get("best_val_loss"),
+        train_seconds=float(result.get("train_seconds", 0.0)),
+    )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the training process and everything it started; wait for it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def pool_stage(
+    evaluate: EvaluateConfig, collect: CollectConfig, sandbox: NoiseConfig, *, data_dir: str, code_version: str, progress: bool = False
+) -> Pool:
+    """Build the held-out candidate pool (:func:`orchrm.evaluation.build_pool`: tasks from
+    ``evaluate.seed``, never the collection seed) and write ``<data_dir>/pools/<key>/pool.parquet``;
+    ``key`` hashes the inputs, as for :func:`collect_stage`."""
+    from orchrm.evaluation.pool import build_pool
+
+    key = _key(evaluate.model_dump(mode="json"), collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version)
+    cfg = PipelineConfig(data_dir=data_dir, collect=collect, sandbox=sandbox, evaluate=evaluate)
+    pool = build_pool(cfg, progress=progress)
+    path = Path(data_dir) / "pools" / key / "pool.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pool.save(path)
+    frame = pool.frame
+    return Pool(path=path, rows=len(frame), tasks=int(frame.task_id.nunique()) if "task_id" in frame else 0, seed=evaluate.seed)
+
+
+def evaluate_stage(
+    model: TrainedModel | None, pairs: Pairs | None, pool: Pool, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str
+) -> Evaluation:
+    """Evaluate the candidate and the current champion (when there is one) on the same pool and
+    held-out pairs (split ``test``) in one call; write the report (JSON, CSV tables, PNG plots)
+    to ``out_dir/evaluation`` and log it to MLflow. With ``model=None`` the champion is the one
+    evaluated (the weekly re-evaluation)."""
+    from orchrm.evaluation.harness import evaluate
+    from orchrm.evaluation.pool import CandidatePool
+    from orchrm.ops import registry, serving
+
+    target = Path(out_dir) / "evaluation"
+    with _stage_run(config, "evaluate", parent_run_id) as run_id:
+        champion_version = registry.champion_version(config)
+        champion = serving.load_reward_model(champion_uri(config)) if champion_version is not None else None
+        if model is None:
+            if champion is None:
+                raise RegistryError(f"no {config.registry.model_name}@champion to evaluate yet: run the pipeline first")
+            candidate, champion = champion, None
+        else:
+            candidate = serving.load_reward_model(str(model.model_path))
+        held_out = _held_out_pairs(pairs, config)
+        pool_obj = CandidatePool.load(pool.path)
+        report = evaluate(candidate, pairs=held_out, pool=pool_obj, config=config.evaluate, champion=champion)
+        report.write(target)
+        registry.log_evaluation(report, run_id=run_id, champion_version=champion_version if model is not None else None)
+    return Evaluation(
+        run_id=run_id,
+        report_dir=target,
+        metrics=dict(report.metrics),
+        champion_metrics=dict(report.champion_metrics) if report.champion_metrics is not None else None,
+        champion_version=champion_version if model is not None else None,
+        markdown=report.to_markdown(),
+        summary=report.summary(),
+    )
+
+
+def _held_out_pairs(pairs: Pairs | None, config: PipelineConfig) -> pd.DataFrame:
+    if pairs is None:
+        from orchrm.data.pairs import empty_pairs
+
+        return empty_pairs()
+    from orchrm.data.pair_reader import read_pairs
+
+    df = read_pairs(pairs.path, config=config.pairs)
+    return df[df.split == "test"].reset_index(drop=True)
+
+
+def champion_uri(config: PipelineConfig) -> str:
+    return f"models:/{config.registry.model_name}@champion"
+
+
+def gate_stage(evaluation: Evaluation, gates: GatesConfig) -> Verdict:
+    """Every gate on the flat metrics (and the champion's, same pool); see
+    :func:`orchrm.evaluation.check_gates`."""
+    from orchrm.evaluation.gates import check_gates
+
+    return check_gates(evaluation.metrics, gates, champion=evaluation.champion_metrics)
+
+
+def register_stage(model: TrainedModel, evaluation: Evaluation, verdict: Verdict, pairs: Pairs, *, config: PipelineConfig) -> Registered:
+    """Log the model as a pyfunc and register it as a new version (alias ``challenger``; tags:
+    every gate, the verdict, the pairs' digest, the git commit). Whatever the verdict: a rejected
+    candidate is kept, with the reason, and never touches ``champion``."""
+    from orchrm.ops import registry
+
+    uri = registry.log_model(model.model_dir, run_id=evaluation.run_id, config=config)
+    version = registry.register_candidate(uri, run_id=evaluation.run_id, verdict=verdict, data_digest=pairs.digest, config=config)
+    return Registered(version=int(version), model_uri=uri, verdict=verdict)
+
+
+def promote_stage(registered: Registered, *, config: PipelineConfig) -> int:
+    """Give the version ``champion`` (its verdict passed; :func:`orchrm.ops.registry.promote` checks
+    again and raises :class:`PromotionRejected` otherwise). Returns the version."""
+    from orchrm.ops import registry
+
+    registry.promote(registered.version, config=config, verdict=registered.verdict)
+    return registered.version
