@@ -72,18 +72,18 @@ def registry_with_champion(root: Path, model) -> tuple[str, str]:
     """A SQLite registry under ``root`` whose champion is ``model``; returns (tracking URI, model URI)."""
     from orchrm.config import PipelineConfig
     from orchrm.evaluation.gates import GateResult, Verdict
-    from orchrm.ops import registry
+    from orchrm.ops import registry, tracking
 
     config = PipelineConfig(data_dir=str(root / "data"))
-    registry.configure(config)
-    run_id = registry.start_run(config, "bench-registry")
+    tracking.configure(config)
+    run_id = tracking.start_run(config, "bench-registry")
     file = model.save(root / "model" / "model.safetensors")
     uri = registry.log_model(file, run_id=run_id, config=config)
     verdict = Verdict((GateResult("benchmark", True, None, None, "a benchmark's model, not evaluated"),))
     version = registry.register_candidate(uri, run_id=run_id, verdict=verdict, data_digest="benchmark", config=config)
     registry.promote(version, config=config)
-    registry.end_run(config, run_id)
-    return registry.tracking_uri(config), uri
+    tracking.end_run(config, run_id)
+    return tracking.tracking_uri(config), uri
 
 
 def cold_start(uri: str, case: dict, threads: int) -> dict:

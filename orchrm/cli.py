@@ -107,7 +107,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     train_cfg = with_overrides(cfg.train, train_over)
     callbacks = []
     if args.mlflow_run_id:
-        from orchrm.ops.registry import MlflowCallback
+        from orchrm.ops.tracking import MlflowCallback
 
         callbacks.append(MlflowCallback(args.mlflow_run_id))
     result = train_from_file(
@@ -135,8 +135,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _load_model_arg(uri_or_path: str, config):
-    from orchrm.ops.registry import configure
     from orchrm.ops.serving import load_reward_model
+    from orchrm.ops.tracking import configure
 
     if uri_or_path.startswith(("models:/", "runs:/")):
         configure(config)  # the registry of this config (MLFLOW_TRACKING_URI, else the data folder's store)

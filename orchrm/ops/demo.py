@@ -52,13 +52,13 @@ def best_of_n_example(config: PipelineConfig, *, say: Say = print) -> Example | 
     for the first held-out task and execute only the best. None when there is no champion."""
     from orchrm.evaluation.pool import held_out_tasks
     from orchrm.execution.executor import MultiAgentExecutor
-    from orchrm.ops import registry
+    from orchrm.ops import registry, tracking
     from orchrm.ops.serving import TestTimeScalableOrchestrator, load_reward_model
 
     if registry.champion_version(config) is None:
         say("no champion yet, so no best-of-N example: the first candidate failed a gate")
         return None
-    model = load_reward_model(champion_uri(config), tracking_uri=registry.tracking_uri(config))
+    model = load_reward_model(champion_uri(config), tracking_uri=tracking.tracking_uri(config))
     task = held_out_tasks(config)[0]
     n = config.evaluate.gates.best_of
     orch = TestTimeScalableOrchestrator(
@@ -94,12 +94,12 @@ def ending(result: PipelineResult, config: PipelineConfig) -> str:
 
 def ui_commands(result: PipelineResult, config: PipelineConfig) -> list[str]:
     """The commands that open the MLflow UI on this run's store and the Prefect UI on the flow runs."""
-    from orchrm.ops import registry
+    from orchrm.ops import tracking
 
     bin_dir = Path(sys.executable).parent
     mlflow = bin_dir / "mlflow" if (bin_dir / "mlflow").exists() else Path("mlflow")
     prefect = bin_dir / "prefect" if (bin_dir / "prefect").exists() else Path("prefect")
-    uri = result.tracking_uri or registry.tracking_uri(config)
+    uri = result.tracking_uri or tracking.tracking_uri(config)
     mlflow_cmd = f"  MLflow:  {_rel(mlflow)} ui --backend-store-uri {shlex.quote(uri)}   (http://127.0.0.1:5000)"
     home = os.environ.get("PREFECT_HOME")
     api = os.environ.get("PREFECT_API_URL")

@@ -130,9 +130,9 @@ def new_run_dir(config: PipelineConfig, name: str = "pipeline") -> Path:
 
 
 def _client(config: PipelineConfig):
-    from orchrm.ops import registry
+    from orchrm.ops import tracking
 
-    return registry.client(registry.tracking_uri(config))
+    return tracking.client(tracking.tracking_uri(config))
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def run_pipeline(
     Tables, validation results, the model and the evaluation report land in ``run_dir``
     (default: a new ``<data_dir>/runs/<UTC time>-pipeline``).
     """
-    from orchrm.ops import registry
+    from orchrm.ops import registry, tracking
 
     config = _absolute(config)
     stages = stages or Stages()
@@ -242,9 +242,9 @@ def run_pipeline(
             say(message)
             return PipelineResult(status="no-new-traces", run_dir=out, message=message, champion_version=registry.champion_version(config))
 
-    registry.configure(config)  # the store and experiment exist before any stage or subprocess touches them
-    uri = registry.tracking_uri(config)
-    parent = registry.start_run(config, "pipeline", tags={"orchrm.run_dir": str(out), "orchrm.code_version": version})
+    tracking.configure(config)  # the store and experiment exist before any stage or subprocess touches them
+    uri = tracking.tracking_uri(config)
+    parent = tracking.start_run(config, "pipeline", tags={"orchrm.run_dir": str(out), "orchrm.code_version": version})
     say(f"MLflow run {parent} at {uri}; files in {out}")
     try:
         if new is not None:
@@ -288,10 +288,10 @@ def run_pipeline(
         if new is not None:
             _call(stages.record_ingested, new, data_dir=data_dir, run_id=parent)
     except BaseException:
-        registry.end_run(config, parent, status="FAILED")
+        tracking.end_run(config, parent, status="FAILED")
         raise
     _log_summary(config, parent, verdict=verdict, registered=registered, champion=champion, seconds=clock.seconds)
-    registry.end_run(config, parent)
+    tracking.end_run(config, parent)
     if verdict.passed:
         message = f"version {registered.version} passed every gate and is now {config.registry.model_name}@champion"
     else:
@@ -336,7 +336,7 @@ def reevaluate_champion(
     and the held-out pairs of the run that trained it, and check its gates (no champion to beat:
     it is the champion). Logs a ``reevaluate`` run
     tagged with the version; promotes and demotes nothing."""
-    from orchrm.ops import registry
+    from orchrm.ops import registry, tracking
 
     config = _absolute(config)
     stages = stages or Stages()
@@ -350,7 +350,7 @@ def reevaluate_champion(
     evaluate = config.evaluate.model_copy(update={"seed": seed})
     fresh = config.model_copy(update={"evaluate": evaluate})
     out = Path(run_dir).resolve() if run_dir is not None else new_run_dir(config, "reevaluate")
-    parent = registry.start_run(fresh, "reevaluate", tags={"champion_version": str(champion), "evaluate.seed": str(seed)})
+    parent = tracking.start_run(fresh, "reevaluate", tags={"champion_version": str(champion), "evaluate.seed": str(seed)})
     try:
         pairs = champion_pairs(config, champion)
         pool = _call(stages.build_pool, evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=source_hash(), progress=progress)
@@ -361,10 +361,10 @@ def reevaluate_champion(
         verdict = _call(stages.gate, evaluation, gates)
         say(str(verdict))
     except BaseException:
-        registry.end_run(fresh, parent, status="FAILED")
+        tracking.end_run(fresh, parent, status="FAILED")
         raise
     _client(fresh).set_tag(parent, "verdict", verdict.label)
-    registry.end_run(fresh, parent)
+    tracking.end_run(fresh, parent)
     state = "still passes every gate" if verdict.passed else f"now fails {', '.join(g.name for g in verdict.failed())}"
     message = f"champion version {champion} on {pool.tasks} fresh held-out tasks (seed {seed}) {state}"
     say(message)
@@ -453,11 +453,11 @@ LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
 def mlflow_run_url(config: PipelineConfig, run_id: str | None) -> str | None:
     """A link to the run in the MLflow UI: the tracking server's own page, or for a local store
     the page ``mlflow ui --backend-store-uri <store>`` serves (``MLFLOW_UI_URL`` overrides)."""
-    from orchrm.ops import registry
+    from orchrm.ops import tracking
 
     if not run_id:
         return None
-    uri = registry.tracking_uri(config)
+    uri = tracking.tracking_uri(config)
     base = uri if uri.startswith(("http://", "https://")) else os.environ.get("MLFLOW_UI_URL", LOCAL_MLFLOW_UI)
     experiment_id = _client(config).get_run(run_id).info.experiment_id
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"

@@ -1,17 +1,11 @@
-"""MLflow tracking and the model registry (DESIGN §8).
-
-The store is SQLite under the data folder by default (``<data_dir>/mlflow.db``, artifacts in
-``<data_dir>/mlartifacts``); ``MLFLOW_TRACKING_URI`` or ``registry.tracking_uri`` points it at a team
-server. Every function takes the run it logs to as ``run_id``: the active run of MLflow is per thread,
-and work submitted to another thread or process must not depend on it.
+"""The model registry (DESIGN §8): a reward model logged as a pyfunc, registered, gated and promoted by alias.
 
 Registering and promoting are separate steps. :func:`register_candidate` gives every candidate the
 ``challenger`` alias and tags it with its gate verdict; :func:`promote` moves ``champion`` to a
 version whose gates pass, and can be rerun on any version (it re-checks the gates from the metrics
-stored in the version's run).
+stored in the version's run). The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
 
->>> exp = configure(config)                                           # doctest: +SKIP
->>> run_id = start_run(config, "orchrm-pipeline")                      # doctest: +SKIP
+>>> run_id = tracking.start_run(config, "orchrm-pipeline")             # doctest: +SKIP
 >>> uri = log_model(".orchrm/model", run_id=run_id, config=config)     # doctest: +SKIP
 >>> version = register_candidate(uri, run_id=run_id, verdict=v, data_digest=d, config=config)  # doctest: +SKIP
 >>> promote(version, config=config)                                    # doctest: +SKIP
@@ -21,18 +15,20 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from orchrm.errors import PromotionRejected, RegistryError
-from orchrm.model.trainer import TrainCallback
+from orchrm.ops.tracking import (
+    CHAMPION_EVALUATED_TAG,
+    CHAMPION_PREFIX,
+    client,
+    configure,
+    git_commit,
+    tracking_uri,
+    with_server_retries,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -40,12 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from orchrm.config import PipelineConfig
     from orchrm.evaluation.gates import Verdict
-    from orchrm.evaluation.report import EvaluationReport
-    from orchrm.model.trainer import EpochRecord, TrainResult
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 CHALLENGER = "challenger"
 CHAMPION = "champion"
@@ -55,377 +47,10 @@ PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")
 MODEL_NAME_IN_RUN = "reward_model"
 #: version tag holding the verdict as JSON (what ``promote`` falls back on)
 VERDICT_TAG = "verdict_json"
-#: run tag: the champion version a candidate was evaluated against, in the same run
-CHAMPION_EVALUATED_TAG = "orchrm.champion_version"
-#: prefix of the champion's metrics logged in a candidate's run (same pool, same run)
-CHAMPION_PREFIX = "champion."
-
-#: tracking-server retries: attempts, and the longest wait between two (seconds)
-SERVER_ATTEMPTS = 4
-SERVER_MAX_WAIT_S = 2.0
 
 
 # --------------------------------------------------------------------------------------------
-# the store
-
-
-def tracking_uri(config: PipelineConfig) -> str:
-    """``MLFLOW_TRACKING_URI``, else ``config.registry.tracking_uri``, else
-    ``sqlite:///<absolute data_dir>/mlflow.db``."""
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    if config.registry.tracking_uri:
-        return config.registry.tracking_uri
-    return f"sqlite:///{config.data_path('mlflow.db').resolve()}"
-
-
-def _is_remote(uri: str) -> bool:
-    return uri.startswith(("http://", "https://"))
-
-
-def _sqlite_path(uri: str) -> Path | None:
-    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
-
-
-def check_server(uri: str) -> None:
-    """Raise :class:`RegistryError` when the tracking server at ``uri`` does not answer its health
-    check after :data:`SERVER_ATTEMPTS` tries (exponential back-off); a no-op for local stores.
-
-    MLflow's own HTTP client retries a refused connection for minutes; this bounded check comes
-    first so an unreachable server fails fast with what to do."""
-    if _is_remote(uri):
-        _check_server_cached(uri.rstrip("/"))
-
-
-@lru_cache(maxsize=16)
-def _check_server_cached(uri: str) -> None:
-    import httpx
-    from tenacity import RetryError, retry, stop_after_attempt, wait_exponential
-
-    @retry(stop=stop_after_attempt(SERVER_ATTEMPTS), wait=wait_exponential(multiplier=0.25, max=SERVER_MAX_WAIT_S))
-    def ping() -> None:
-        httpx.get(f"{uri}/health", timeout=5.0).raise_for_status()
-
-    try:
-        ping()
-    except RetryError as exc:
-        cause = exc.last_attempt.exception()
-        raise RegistryError(
-            f"the MLflow tracking server at {uri} is unreachable ({type(cause).__name__}: {cause}) after "
-            f"{SERVER_ATTEMPTS} attempts: start it (e.g. `mlflow server --backend-store-uri sqlite:///<path>/mlflow.db "
-            "--host 127.0.0.1 --port 5000`), or point MLFLOW_TRACKING_URI / registry.tracking_uri at a server "
-            "that runs (unset both to use the local SQLite store)"
-        ) from None
-
-
-def with_server_retries(uri: str, fn: Callable[[], T], what: str) -> T:
-    """``fn()``; against a tracking server, connection failures are retried (bounded) and then
-    reported as :class:`RegistryError` naming ``what`` failed."""
-    if not _is_remote(uri):
-        return fn()
-    import requests
-    from tenacity import (
-        RetryError,
-        retry,
-        retry_if_exception_type,
-        stop_after_attempt,
-        wait_exponential,
-    )
-
-    check_server(uri)
-    guarded = retry(
-        stop=stop_after_attempt(SERVER_ATTEMPTS),
-        wait=wait_exponential(multiplier=0.25, max=SERVER_MAX_WAIT_S),
-        retry=retry_if_exception_type((requests.exceptions.ConnectionError, ConnectionError)),
-    )(fn)
-    try:
-        return guarded()
-    except RetryError as exc:
-        raise RegistryError(
-            f"{what}: the MLflow tracking server at {uri} stopped answering "
-            f"({exc.last_attempt.exception()}); check that it runs and is reachable, then retry"
-        ) from None
-
-
-def client(uri: str) -> MlflowClient:
-    """An MlflowClient on ``uri`` (checked reachable first when it is a server)."""
-    from mlflow import MlflowClient
-
-    check_server(uri)
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
-def _client(config: PipelineConfig) -> MlflowClient:
-    return client(tracking_uri(config))
-
-
-def artifact_root(config: PipelineConfig) -> str | None:
-    """The experiment's artifact location: ``<data_dir>/mlartifacts`` beside a local SQLite store
-    (else artifacts land relative to the current directory); None for a server, which decides."""
-    uri = tracking_uri(config)
-    db = _sqlite_path(uri)
-    if db is not None:
-        return (db.parent / "mlartifacts").resolve().as_uri()
-    return None
-
-
-@contextmanager
-def _environment_kept(*names: str) -> Iterator[None]:
-    """Put ``names`` back in ``os.environ`` as they were (set or unset) when the block ends."""
-    before = {name: os.environ.get(name) for name in names}
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def configure(config: PipelineConfig) -> str:
-    """Point MLflow at the configured store, create it and the experiment; returns the experiment id.
-
-    Call it once before processes log in parallel: creating a SQLite store migrates its schema, and
-    two processes migrating one file at once race."""
-    import mlflow
-
-    uri = tracking_uri(config)
-    db = _sqlite_path(uri)
-    if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)
-    with _environment_kept("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
-        # both also export the URI to os.environ (for subprocesses), where tracking_uri() would
-        # then read it for every later config of this process: a second pipeline with another
-        # data_dir would log into the first one's store. Subprocesses get the URI explicitly.
-        mlflow.set_tracking_uri(uri)
-        mlflow.set_registry_uri(uri)
-    c = client(uri)
-
-    def get_or_create() -> str:
-        exp = c.get_experiment_by_name(config.registry.experiment)
-        if exp is not None:
-            return exp.experiment_id
-        return c.create_experiment(config.registry.experiment, artifact_location=artifact_root(config))
-
-    return with_server_retries(uri, get_or_create, f"creating experiment {config.registry.experiment!r}")
-
-
-def start_run(
-    config: PipelineConfig,
-    name: str,
-    *,
-    parent_run_id: str | None = None,
-    tags: Mapping[str, str] | None = None,
-) -> str:
-    """Create a run (nested under ``parent_run_id`` when given) in the configured experiment and
-    return its id. The run is not made active in any thread: pass the id to every logging call."""
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
-    experiment_id = configure(config)
-    all_tags = {"orchrm.stage": name, "orchrm.git_commit": git_commit(), **(tags or {})}
-    if parent_run_id:
-        all_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
-    uri = tracking_uri(config)
-    run = with_server_retries(uri, lambda: client(uri).create_run(experiment_id, run_name=name, tags=all_tags), f"starting run {name!r}")
-    return run.info.run_id
-
-
-def end_run(config: PipelineConfig, run_id: str, *, status: str = "FINISHED") -> None:
-    """Mark ``run_id`` as ``FINISHED`` (or ``FAILED`` / ``KILLED``)."""
-    uri = tracking_uri(config)
-    with_server_retries(uri, lambda: client(uri).set_terminated(run_id, status=status), f"ending run {run_id}")
-
-
-@contextmanager
-def run(config: PipelineConfig, name: str, *, parent_run_id: str | None = None) -> Iterator[str]:
-    """``with run(config, "train", parent_run_id=p) as run_id:`` — a run ended ``FINISHED``, or
-    ``FAILED`` when the block raises."""
-    run_id = start_run(config, name, parent_run_id=parent_run_id)
-    try:
-        yield run_id
-    except BaseException:
-        end_run(config, run_id, status="FAILED")
-        raise
-    end_run(config, run_id)
-
-
-def git_commit() -> str:
-    """The commit of the checkout this package runs from, ``unknown`` outside a git checkout
-    (``-dirty`` appended when tracked files differ from it)."""
-    return _git_commit(str(Path(__file__).resolve().parent))
-
-
-@lru_cache(maxsize=4)
-def _git_commit(where: str) -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{sha}-dirty" if dirty else (sha or "unknown")
-
-
-# --------------------------------------------------------------------------------------------
-# logging
-
-
-def _flat(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _flat(f"{prefix}.{k}" if prefix else str(k), v)
-    else:
-        yield prefix, value
-
-
-def _params(values: Mapping[str, Any]) -> list:
-    from mlflow.entities import Param
-
-    out = []
-    for key, value in _flat("", values):
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
-        out.append(Param(key, text[:6000]))  # MLflow's limit on a param value
-    return out
-
-
-def _metrics(values: Mapping[str, float], *, step: int = 0, prefix: str = "") -> list:
-    import time
-
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    out = []
-    for key, value in values.items():
-        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if not math.isfinite(float(value)):
-            continue
-        out.append(Metric(f"{prefix}{key}", float(value), now, step))
-    return out
-
-
-def _log_batch(uri: str, run_id: str, *, metrics: list | None = None, params: list | None = None, what: str) -> None:
-    """``log_batch`` in chunks MLflow accepts (at most 1000 metrics, 100 params a call)."""
-    c = client(uri)
-    metrics, params = metrics or [], params or []
-    for lo in range(0, len(params), 100):
-        with_server_retries(uri, lambda lo=lo: c.log_batch(run_id, params=params[lo : lo + 100]), what)
-    for lo in range(0, len(metrics), 1000):
-        with_server_retries(uri, lambda lo=lo: c.log_batch(run_id, metrics=metrics[lo : lo + 1000]), what)
-
-
-class MlflowCallback(TrainCallback):
-    """Logs a training run to the MLflow run ``run_id``: params at the start (flattened
-    ``model.*`` / ``train.*`` keys and the data hash), ``loss`` / ``lr`` / ``grad_norm`` every
-    ``log_interval`` steps (MLflow step = optimizer step), ``epoch.*`` metrics after each
-    evaluation (MLflow step = epoch) and the result's summary figures at the end.
-
-    It holds only strings, so it can be handed to another thread or process; the client is made
-    there on first use."""
-
-    def __init__(self, run_id: str, *, tracking_uri: str | None = None) -> None:
-        import mlflow
-
-        self.run_id = run_id
-        self.tracking_uri = tracking_uri or mlflow.get_tracking_uri()
-
-    def _log(self, *, metrics: list | None = None, params: list | None = None) -> None:
-        _log_batch(self.tracking_uri, self.run_id, metrics=metrics, params=params, what=f"logging training to run {self.run_id}")
-
-    def on_train_begin(self, params: Mapping[str, Any]) -> None:
-        self._log(params=_params(params))
-
-    def on_log(self, step: int, metrics: Mapping[str, float]) -> None:
-        self._log(metrics=_metrics(metrics, step=step))
-
-    def on_eval(self, record: EpochRecord, model: Any) -> None:
-        values = {
-            "train_loss": record.train_loss,
-            "train_accuracy": record.train_accuracy,
-            "val_loss": record.val_loss,
-            "val_accuracy": record.val_accuracy,
-            "lr": record.lr,
-            "seconds": record.seconds,
-            "step": record.step,
-        }
-        self._log(metrics=_metrics(values, step=record.epoch, prefix="epoch."))
-
-    def on_train_end(self, result: TrainResult) -> None:
-        values = {
-            "best_epoch": result.best_epoch,
-            "best_val_loss": result.best_val_loss,
-            "best_val_accuracy": result.best_val_accuracy,
-            "steps": result.steps,
-            "train_pairs": result.train_pairs,
-            "val_pairs": result.val_pairs,
-            "train_seconds": result.train_seconds,
-            "pairs_per_second": result.pairs_per_second,
-            "reward_mean": result.reward_mean,
-            "reward_std": result.reward_std,
-            "stopped_early": float(result.stopped_early),
-        }
-        self._log(metrics=_metrics(values, prefix="train."))
-        c = client(self.tracking_uri)
-        with_server_retries(self.tracking_uri, lambda: c.set_tag(self.run_id, "orchrm.data_hash", result.data_hash), "tagging the run")
-
-
-def log_pairs_dataset(pairs: pd.DataFrame, *, run_id: str, source: str, name: str = "pairs", context: str = "training") -> str:
-    """Log the pair table as an ``mlflow.data`` dataset input of ``run_id`` (schema, profile,
-    ``source`` = where the table lives); returns its digest."""
-    import mlflow.data
-    from mlflow.entities import DatasetInput, InputTag
-    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
-
-    dataset = mlflow.data.from_pandas(pairs, source=source, name=name)
-    uri = mlflow.get_tracking_uri()
-    c = client(uri)
-    entity = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
-    with_server_retries(uri, lambda: c.log_inputs(run_id, datasets=[entity]), f"logging the pairs dataset to run {run_id}")
-    with_server_retries(uri, lambda: c.set_tag(run_id, "orchrm.data_digest", dataset.digest), "tagging the run")
-    return dataset.digest
-
-
-def log_validation(report: Any, *, run_id: str, name: str) -> None:
-    """Log a :class:`orchrm.data.validation.ValidationReport`: its result JSON files and Data Docs
-    folder under ``validation/<name>/``, and ``validation.<name>.*`` metrics (success, failures,
-    warnings)."""
-    import mlflow
-
-    uri = mlflow.get_tracking_uri()
-    c = client(uri)
-    where = f"validation/{name}"
-    for key, path in dict(report.files).items():
-        path = Path(path)
-        if key == "data_docs":
-            folder = path if path.is_dir() else path.parent
-            with_server_retries(uri, lambda f=folder: c.log_artifacts(run_id, str(f), f"{where}/data_docs"), "logging Data Docs")
-        elif path.is_file():
-            with_server_retries(uri, lambda p=path: c.log_artifact(run_id, str(p), where), "logging GX results")
-    values = {"success": float(report.success), "failures": len(report.failures), "warnings": len(report.warnings)}
-    values.update({f"rows.{k}": v for k, v in dict(report.rows).items()})
-    _log_batch(uri, run_id, metrics=_metrics(values, prefix=f"validation.{name}."), what="logging validation metrics")
-
-
-def log_evaluation(report: EvaluationReport, *, run_id: str, champion_version: int | None = None) -> None:
-    """Log an :class:`orchrm.evaluation.EvaluationReport` to ``run_id``: its flat metrics, the
-    champion's (same pool, same run) as ``champion.<name>``, and the files of
-    :meth:`EvaluationReport.write` (JSON, CSV tables, PNG plots) under ``evaluation/``.
-    ``champion_version``: the version evaluated as champion, kept as a run tag so that
-    :func:`promote` can tell whether the champion changed since."""
-    import mlflow
-
-    uri = mlflow.get_tracking_uri()
-    c = client(uri)
-    metrics = _metrics(report.metrics)
-    if report.champion_metrics:
-        metrics += _metrics(report.champion_metrics, prefix=CHAMPION_PREFIX)
-    _log_batch(uri, run_id, metrics=metrics, what=f"logging evaluation metrics to run {run_id}")
-    with tempfile.TemporaryDirectory(prefix="orchrm-eval-") as tmp:
-        report.write(tmp)
-        with_server_retries(uri, lambda: c.log_artifacts(run_id, tmp, "evaluation"), "logging evaluation files")
-    if champion_version is not None:
-        with_server_retries(uri, lambda: c.set_tag(run_id, CHAMPION_EVALUATED_TAG, str(champion_version)), "tagging the run")
+# the model
 
 
 def _model_file(model_dir_or_file: str | os.PathLike) -> Path:

@@ -52,7 +52,7 @@ def _default_tracking_uri() -> str:
     if is_tracking_uri_set():
         return mlflow.get_tracking_uri()
     from orchrm.config import PipelineConfig
-    from orchrm.ops.registry import tracking_uri
+    from orchrm.ops.tracking import tracking_uri
 
     return tracking_uri(PipelineConfig())
 
@@ -115,7 +115,7 @@ def load_reward_model(uri_or_path: str | os.PathLike, *, tracking_uri: str | Non
             )
         return BradleyTerryModel.load(_find_model_file(path), device=device)
 
-    from orchrm.ops.registry import check_server
+    from orchrm.ops.tracking import check_server
 
     tracking = tracking_uri or _default_tracking_uri()
     check_server(tracking)  # bounded retries, then RegistryError saying what to check
@@ -158,7 +158,7 @@ def _download(uri: str, tracking: str, dst: Path) -> Path:
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
-    from orchrm.ops.registry import client, with_server_retries
+    from orchrm.ops.tracking import client, with_server_retries
 
     location = uri
     if uri.startswith("models:/"):

@@ -157,10 +157,10 @@ def _write_json(path: Path, data: Any) -> Path:
 
 def _stage_run(config: PipelineConfig, name: str, parent_run_id: str | None):
     """``with _stage_run(config, "train", parent) as run_id:`` a nested MLflow run, ended
-    FINISHED, or FAILED when the block raises (:func:`orchrm.ops.registry.run`)."""
-    from orchrm.ops import registry
+    FINISHED, or FAILED when the block raises (:func:`orchrm.ops.tracking.run`)."""
+    from orchrm.ops import tracking
 
-    return registry.run(config, name, parent_run_id=parent_run_id)
+    return tracking.run(config, name, parent_run_id=parent_run_id)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -242,9 +242,9 @@ def collect_stage(
 
 
 def _log_validation(config: PipelineConfig, report, *, run_id: str, name: str) -> None:
-    from orchrm.ops import registry
+    from orchrm.ops import tracking
 
-    registry.log_validation(report, run_id=run_id, name=name)
+    tracking.log_validation(report, run_id=run_id, name=name)
 
 
 def validate_artifacts_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> Validated:
@@ -266,12 +266,12 @@ def pairs_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | 
     MLflow as a dataset (its digest tags the registered model)."""
     from orchrm.data.pairs import build_pairs
     from orchrm.data.tables import read_table, write_table
-    from orchrm.ops import registry
+    from orchrm.ops import tracking
 
     with _stage_run(config, "build-pairs", parent_run_id) as run_id:
         pairs = build_pairs(read_table(artifacts.path), config.pairs)
         path = write_table(pairs, Path(out_dir) / "pairs.parquet")
-        digest = registry.log_pairs_dataset(pairs, run_id=run_id, source=str(path))
+        digest = tracking.log_pairs_dataset(pairs, run_id=run_id, source=str(path))
     splits = {str(k): int(v) for k, v in pairs.split.value_counts().sort_index().items()} if len(pairs) else {}
     return Pairs(path=path, rows=len(pairs), splits=splits, digest=digest, run_id=run_id)
 
@@ -315,13 +315,13 @@ def write_config(config: PipelineConfig, path: Path) -> Path:
 def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> TrainedModel:
     """Train in a subprocess (:func:`train_command`) into ``out_dir/model``, with
     ``pipeline.train_timeout_s``; the child logs params and per-step/per-epoch metrics to this
-    stage's MLflow run through :class:`orchrm.ops.registry.MlflowCallback`.
+    stage's MLflow run through :class:`orchrm.ops.tracking.MlflowCallback`.
 
     A crash, a non-zero exit or the timeout raise :class:`TrainingError` (its message ends with
     the last lines the trainer printed, the whole log stays in ``model/train.log``); nothing is
     registered, and the next run trains in a fresh folder.
     """
-    from orchrm.ops import registry
+    from orchrm.ops import tracking
 
     out = Path(out_dir)
     model_dir = out / "model"
@@ -330,7 +330,7 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
     timeout = config.pipeline.train_timeout_s
     with _stage_run(config, "train", parent_run_id) as run_id:
         cmd = train_command(config, pairs_path=pairs.path, model_dir=model_dir, config_path=config_path, run_id=run_id)
-        env = {**os.environ, "MLFLOW_TRACKING_URI": registry.tracking_uri(config), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "MLFLOW_TRACKING_URI": tracking.tracking_uri(config), "PYTHONUNBUFFERED": "1"}
         log_path = model_dir / "train.log"
         with log_path.open("wb") as out_log:
             # a session of its own, so a timeout stops torchrun's workers too
@@ -397,7 +397,7 @@ def evaluate_stage(
     evaluated (the weekly re-evaluation)."""
     from orchrm.evaluation.harness import evaluate
     from orchrm.evaluation.pool import CandidatePool
-    from orchrm.ops import registry, serving
+    from orchrm.ops import registry, serving, tracking
 
     target = Path(out_dir) / "evaluation"
     with _stage_run(config, "evaluate", parent_run_id) as run_id:
@@ -413,7 +413,7 @@ def evaluate_stage(
         pool_obj = CandidatePool.load(pool.path)
         report = evaluate(candidate, pairs=held_out, pool=pool_obj, config=config.evaluate, champion=champion)
         report.write(target)
-        registry.log_evaluation(report, run_id=run_id, champion_version=champion_version if model is not None else None)
+        tracking.log_evaluation(report, run_id=run_id, champion_version=champion_version if model is not None else None)
     return Evaluation(
         run_id=run_id,
         report_dir=target,

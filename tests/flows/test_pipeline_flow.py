@@ -12,7 +12,7 @@ from mlflow import MlflowClient
 
 from orchrm.config import load_config
 from orchrm.errors import TrainingError
-from orchrm.ops import registry
+from orchrm.ops import registry, tracking
 from tests.flows.conftest import write_config
 
 pytestmark = pytest.mark.slow
@@ -22,7 +22,7 @@ LENIENT = {"min_pairwise_accuracy": 0.0, "min_best_of_n_gain": -1.0, "beat_cost_
 
 
 def _versions(cfg) -> list[int]:
-    c = MlflowClient(tracking_uri=registry.tracking_uri(cfg), registry_uri=registry.tracking_uri(cfg))
+    c = MlflowClient(tracking_uri=tracking.tracking_uri(cfg), registry_uri=tracking.tracking_uri(cfg))
     return sorted(int(v.version) for v in c.search_model_versions(f"name='{cfg.registry.model_name}'"))
 
 
@@ -53,7 +53,7 @@ def test_a_run_trains_registers_and_promotes_the_first_candidate(store):
     assert registry.champion_version(cfg) == 1
     assert registry.alias_version(cfg, "challenger") == 1
     # one parent run, a nested run per stage, ids passed explicitly
-    c = MlflowClient(tracking_uri=registry.tracking_uri(cfg))
+    c = MlflowClient(tracking_uri=tracking.tracking_uri(cfg))
     children = c.search_runs([c.get_run(result.run_id).info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{result.run_id}'")
     assert {r.info.run_name for r in children} >= {"validate-artifacts", "build-pairs", "validate-pairs", "train", "evaluate"}
     train = next(r for r in children if r.info.run_name == "train")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from orchrm.config import PipelineConfig
-from orchrm.ops import registry
+from orchrm.ops import registry, tracking
 from orchrm.ops.serving import load_reward_model
 from tests.integration.mlflow_server import api, running_mlflow
 from tests.integration.test_registry import Store, build_store
@@ -33,7 +33,7 @@ def store(tmp_path_factory) -> Store:
 def server(store, tmp_path_factory) -> str:
     """`mlflow server` on the store, on a free loopback port; always stopped."""
     log_path = tmp_path_factory.mktemp("server-log") / "server.log"
-    with running_mlflow(["server", "--backend-store-uri", registry.tracking_uri(store.config)], log_path) as url:
+    with running_mlflow(["server", "--backend-store-uri", tracking.tracking_uri(store.config)], log_path) as url:
         yield url
 
 
@@ -71,7 +71,7 @@ def test_the_server_shows_the_registered_versions_and_aliases(store, server):
 def test_registry_calls_and_loading_go_through_the_server(store, server, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
     config = PipelineConfig(data_dir=store.config.data_dir)
-    assert registry.tracking_uri(config) == server
+    assert tracking.tracking_uri(config) == server
     assert registry.champion_version(config) == store.good_version
     assert registry.promote(store.good_version, config=config)  # idempotent through the server too
     model = load_reward_model("models:/orchrm-reward@champion", tracking_uri=server)

@@ -106,7 +106,7 @@ def test_a_deployment_run_on_a_postgres_backed_server_registers_a_champion(datab
     from mlflow import MlflowClient
 
     from orchrm.config import load_config
-    from orchrm.ops import registry
+    from orchrm.ops import registry, tracking
 
     data = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     data["data_dir"] = str(tmp_path / "data")
@@ -141,7 +141,7 @@ def test_a_deployment_run_on_a_postgres_backed_server_registers_a_champion(datab
     cfg = load_config(config)
     champion = registry.champion_version(cfg)
     assert champion == 1
-    mv = MlflowClient(tracking_uri=registry.tracking_uri(cfg), registry_uri=registry.tracking_uri(cfg)).get_model_version_by_alias(
+    mv = MlflowClient(tracking_uri=tracking.tracking_uri(cfg), registry_uri=tracking.tracking_uri(cfg)).get_model_version_by_alias(
         cfg.registry.model_name, "champion"
     )
     assert mv.tags["verdict"] == "promoted"

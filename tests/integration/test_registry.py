@@ -22,7 +22,7 @@ import torch
 from orchrm.config import PipelineConfig
 from orchrm.errors import ModelFileError, PromotionRejected, RegistryError
 from orchrm.evaluation.gates import GateResult, Verdict
-from orchrm.ops import registry
+from orchrm.ops import registry, tracking
 from orchrm.ops.serving import load_reward_model
 from tests.integration.mlflow_server import free_port
 from tests.model.conftest import make_pairs
@@ -57,7 +57,7 @@ def train(pairs: pd.DataFrame, *, run_id: str | None = None):
     from orchrm import BradleyTerryModel, Trainer
 
     model = BradleyTerryModel(**TINY)
-    callbacks = [registry.MlflowCallback(run_id)] if run_id else []
+    callbacks = [tracking.MlflowCallback(run_id)] if run_id else []
     Trainer(model=model, batch_size=16, lr=3e-3, progress=False, callbacks=callbacks).train(pairs=pairs, epochs=4)
     return model.eval()
 
@@ -85,21 +85,21 @@ def build_store(root: Path) -> Store:
     """A registry with a champion (the good model, v1) and a rejected challenger (the weak, v2)."""
     torch.set_num_threads(1)
     config = PipelineConfig(data_dir=str(root / "data"))
-    registry.configure(config)
+    tracking.configure(config)
     pairs = make_pairs(40, seed=0)
-    parent = registry.start_run(config, "orchrm-pipeline")
-    train_run = registry.start_run(config, "train", parent_run_id=parent)
+    parent = tracking.start_run(config, "orchrm-pipeline")
+    train_run = tracking.start_run(config, "train", parent_run_id=parent)
     good = train(pairs, run_id=train_run)
-    registry.end_run(config, train_run)
+    tracking.end_run(config, train_run)
     swapped = pairs.rename(columns={"chosen": "rejected", "rejected": "chosen"})
     weak = train(swapped)
     pairs_file = root / "pairs.parquet"
     pairs.to_parquet(pairs_file)
-    digest = registry.log_pairs_dataset(pairs, run_id=train_run, source=str(pairs_file))
+    digest = tracking.log_pairs_dataset(pairs, run_id=train_run, source=str(pairs_file))
 
     versions, uris, runs, verdicts = [], [], [], []
     for name, model in (("good", good), ("weak", weak)):
-        run_id = registry.start_run(config, f"candidate-{name}", parent_run_id=parent)
+        run_id = tracking.start_run(config, f"candidate-{name}", parent_run_id=parent)
         file = model.save(root / name / "model.safetensors")
         uri = registry.log_model(file, run_id=run_id, config=config)
         verdict = accuracy_verdict(heldout_accuracy(model, pairs), config)
@@ -109,7 +109,7 @@ def build_store(root: Path) -> Store:
         verdicts.append(verdict)
         if name == "good":
             registry.promote(versions[-1], config=config)
-    registry.end_run(config, parent)
+    tracking.end_run(config, parent)
     return Store(
         config, pairs, good, weak, root / "good" / "model.safetensors", parent, train_run, runs[0], runs[1],
         versions[0], versions[1], digest, uris[0], verdicts[0], verdicts[1],
@@ -132,12 +132,12 @@ def store(tmp_path_factory) -> Store:
 def test_store_is_sqlite_under_the_data_dir_with_artifacts_beside_it(store, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     db = (Path(store.config.data_dir) / "mlflow.db").resolve()
-    assert registry.tracking_uri(store.config) == f"sqlite:///{db}"
+    assert tracking.tracking_uri(store.config) == f"sqlite:///{db}"
     assert db.is_file()
-    exp = registry.client(registry.tracking_uri(store.config)).get_experiment_by_name("orchrm")
+    exp = tracking.client(tracking.tracking_uri(store.config)).get_experiment_by_name("orchrm")
     assert exp.artifact_location == (db.parent / "mlartifacts").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
-    assert registry.tracking_uri(store.config) == "http://mlflow.example:5000"
+    assert tracking.tracking_uri(store.config) == "http://mlflow.example:5000"
 
 
 def test_a_second_store_in_the_same_process_is_not_the_first_one(tmp_path, monkeypatch):
@@ -145,22 +145,22 @@ def test_a_second_store_in_the_same_process_is_not_the_first_one(tmp_path, monke
     # send the next config's runs and versions into the first config's store
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     first, second = PipelineConfig(data_dir=str(tmp_path / "a")), PipelineConfig(data_dir=str(tmp_path / "b"))
-    registry.configure(first)
+    tracking.configure(first)
     assert "MLFLOW_TRACKING_URI" not in os.environ
-    assert registry.tracking_uri(second) == f"sqlite:///{(tmp_path / 'b' / 'mlflow.db').resolve()}"
-    registry.configure(second)
-    assert registry.client(registry.tracking_uri(second)).get_experiment_by_name("orchrm") is not None
+    assert tracking.tracking_uri(second) == f"sqlite:///{(tmp_path / 'b' / 'mlflow.db').resolve()}"
+    tracking.configure(second)
+    assert tracking.client(tracking.tracking_uri(second)).get_experiment_by_name("orchrm") is not None
 
 
 def test_stage_runs_nest_under_the_pipeline_run(store):
-    c = registry.client(registry.tracking_uri(store.config))
+    c = tracking.client(tracking.tracking_uri(store.config))
     for run_id in (store.train_run, store.good_run, store.weak_run):
         assert c.get_run(run_id).data.tags["mlflow.parentRunId"] == store.parent_run
     assert c.get_run(store.parent_run).info.status == "FINISHED"
 
 
 def test_callback_logs_params_and_per_step_and_per_epoch_metrics(store):
-    c = registry.client(registry.tracking_uri(store.config))
+    c = tracking.client(tracking.tracking_uri(store.config))
     run = c.get_run(store.train_run)
     assert run.data.params, "the trainer's params were not logged"
     epochs = c.get_metric_history(store.train_run, "epoch.train_loss")
@@ -170,7 +170,7 @@ def test_callback_logs_params_and_per_step_and_per_epoch_metrics(store):
 
 
 def test_pairs_are_an_mlflow_dataset_with_their_digest(store):
-    run = registry.client(registry.tracking_uri(store.config)).get_run(store.train_run)
+    run = tracking.client(tracking.tracking_uri(store.config)).get_run(store.train_run)
     (ds,) = [d.dataset for d in run.inputs.dataset_inputs]
     assert ds.name == "pairs" and ds.digest == store.digest
     assert set(json.loads(ds.schema)["mlflow_colspec"][0]) >= {"name", "type"}
@@ -188,7 +188,7 @@ def test_a_good_first_candidate_becomes_champion(store):
     assert info["tags"]["verdict"] == "promoted"
     assert info["tags"]["gate.pairwise_accuracy"].startswith("pass: ")
     assert info["tags"]["data_digest"] == store.digest
-    assert info["tags"]["git_commit"] == registry.git_commit() != ""
+    assert info["tags"]["git_commit"] == tracking.git_commit() != ""
     assert info["run_id"] == store.good_run
 
 
@@ -224,13 +224,13 @@ def test_the_champion_loads_by_alias_and_scores_exactly_as_the_trained_model(sto
     actions = store.pairs["chosen"].tolist()[:16]
     expected = store.good.score(prompts, actions)
     for uri in ("models:/orchrm-reward@champion", f"models:/orchrm-reward/{store.good_version}", store.good_uri, str(store.good_file)):
-        model = load_reward_model(uri, tracking_uri=registry.tracking_uri(store.config))
+        model = load_reward_model(uri, tracking_uri=tracking.tracking_uri(store.config))
         assert torch.equal(model.score(prompts, actions), expected), uri
-    assert not torch.equal(load_reward_model(f"models:/orchrm-reward/{store.weak_version}", tracking_uri=registry.tracking_uri(store.config)).score(prompts, actions), expected)
+    assert not torch.equal(load_reward_model(f"models:/orchrm-reward/{store.weak_version}", tracking_uri=tracking.tracking_uri(store.config)).score(prompts, actions), expected)
 
 
 def test_pyfunc_predict_on_a_dataframe_equals_model_score(store):
-    mlflow.set_tracking_uri(registry.tracking_uri(store.config))
+    mlflow.set_tracking_uri(tracking.tracking_uri(store.config))
     pyfunc = mlflow.pyfunc.load_model("models:/orchrm-reward@champion")
     frame = pd.DataFrame({"prompt": store.pairs["prompt"][:12], "action": store.pairs["rejected"][:12]})
     out = pyfunc.predict(frame)
@@ -242,7 +242,7 @@ def test_pyfunc_predict_on_a_dataframe_equals_model_score(store):
 def test_the_pyfunc_carries_signature_example_and_requirements(store):
     from mlflow.models import Model
 
-    mlflow.set_tracking_uri(registry.tracking_uri(store.config))
+    mlflow.set_tracking_uri(tracking.tracking_uri(store.config))
     local = Path(mlflow.artifacts.download_artifacts("models:/orchrm-reward@champion"))
     meta = Model.load(local / "MLmodel")
     assert [c["name"] for c in meta.signature.inputs.to_dict()] == ["prompt", "action"]
@@ -258,28 +258,28 @@ def test_the_pyfunc_carries_signature_example_and_requirements(store):
 
 def test_a_missing_alias_says_how_to_get_one(store):
     with pytest.raises(RegistryError, match=r"no version of 'orchrm-reward' has the alias 'nightly'.*orchrm promote --version N"):
-        load_reward_model("models:/orchrm-reward@nightly", tracking_uri=registry.tracking_uri(store.config))
+        load_reward_model("models:/orchrm-reward@nightly", tracking_uri=tracking.tracking_uri(store.config))
 
 
 def test_a_version_whose_files_are_gone_or_corrupt_says_what_to_do(store, tmp_path):
     # a third version of its own, so the other tests keep their files
     config = store.config
-    run_id = registry.start_run(config, "candidate-broken")
+    run_id = tracking.start_run(config, "candidate-broken")
     file = store.good.save(tmp_path / "model.safetensors")
     uri = registry.log_model(file, run_id=run_id, config=config)
     version = registry.register_candidate(uri, run_id=run_id, verdict=store.good_verdict, data_digest=store.digest, config=config)
-    mlflow.set_tracking_uri(registry.tracking_uri(config))
+    mlflow.set_tracking_uri(tracking.tracking_uri(config))
     where = Path(mlflow.artifacts.download_artifacts(f"models:/orchrm-reward/{version}", dst_path=str(tmp_path / "dl")))
-    stored = Path(registry.client(registry.tracking_uri(config)).get_logged_model(uri.removeprefix("models:/")).artifact_location.removeprefix("file://"))
+    stored = Path(tracking.client(tracking.tracking_uri(config)).get_logged_model(uri.removeprefix("models:/")).artifact_location.removeprefix("file://"))
     assert (stored / "artifacts" / "model.safetensors").is_file() and where.is_dir()
 
     (stored / "artifacts" / "model.safetensors").write_bytes(b"not a safetensors file at all")
     with pytest.raises(ModelFileError, match=rf"models:/orchrm-reward/{version}: the registered model file is unusable.*re-log and register"):
-        load_reward_model(f"models:/orchrm-reward/{version}", tracking_uri=registry.tracking_uri(config))
+        load_reward_model(f"models:/orchrm-reward/{version}", tracking_uri=tracking.tracking_uri(config))
 
     shutil.rmtree(stored)
     with pytest.raises(RegistryError, match=rf"models:/orchrm-reward/{version}: .*(gone|cannot be read).*"):
-        load_reward_model(f"models:/orchrm-reward/{version}", tracking_uri=registry.tracking_uri(config))
+        load_reward_model(f"models:/orchrm-reward/{version}", tracking_uri=tracking.tracking_uri(config))
 
 
 def test_an_unreachable_tracking_server_fails_after_bounded_retries():
@@ -292,7 +292,7 @@ def test_loading_imports_neither_the_sandbox_nor_the_task_suites(store):
     code = (
         "import sys; from orchrm import load_reward_model; "
         f"m = load_reward_model({str(store.good_file)!r}); m.score('q', ['a']); "
-        f"m = load_reward_model('models:/orchrm-reward@champion', tracking_uri={registry.tracking_uri(store.config)!r}); "
+        f"m = load_reward_model('models:/orchrm-reward@champion', tracking_uri={tracking.tracking_uri(store.config)!r}); "
         "bad = sorted(k for k in sys.modules if k.startswith(('orchrm.execution.sandbox.', 'orchrm.execution.tasks')) and k != 'orchrm.execution.sandbox.config'); "
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -349,13 +349,13 @@ def candidate_with_metrics(store: Store, tmp_path: Path, metrics: dict, *, champ
     """A version whose run holds ``metrics`` (and the champion's, as log_evaluation writes them),
     registered with a verdict that passed."""
     config = store.config
-    uri = registry.tracking_uri(config)
-    run_id = registry.start_run(config, "candidate-regate")
-    registry._log_batch(uri, run_id, metrics=registry._metrics(metrics), what="test")
+    uri = tracking.tracking_uri(config)
+    run_id = tracking.start_run(config, "candidate-regate")
+    tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(metrics), what="test")
     if champion:
-        registry._log_batch(uri, run_id, metrics=registry._metrics(champion, prefix=registry.CHAMPION_PREFIX), what="test")
+        tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(champion, prefix=tracking.CHAMPION_PREFIX), what="test")
     if champion_version is not None:
-        registry.client(uri).set_tag(run_id, registry.CHAMPION_EVALUATED_TAG, str(champion_version))
+        tracking.client(uri).set_tag(run_id, tracking.CHAMPION_EVALUATED_TAG, str(champion_version))
     model_uri = registry.log_model(store.good.save(tmp_path / "model.safetensors"), run_id=run_id, config=config)
     return registry.register_candidate(model_uri, run_id=run_id, verdict=store.good_verdict, data_digest=store.digest, config=config)
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from orchrm.ops import registry
+from orchrm.ops import tracking
 from tests.integration.mlflow_server import running_mlflow
 from tests.integration.test_registry import Store, build_store
 
@@ -78,7 +78,7 @@ def test_best_of_n_loads_the_champion_by_alias(store, executor, math_task):
     from orchrm import TestTimeScalableOrchestrator
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", registry.tracking_uri(store.config))
+        mp.setenv("MLFLOW_TRACKING_URI", tracking.tracking_uri(store.config))
         orch = TestTimeScalableOrchestrator(reward_model="models:/orchrm-reward@champion", num_candidates=4, executor=executor)
     direct = TestTimeScalableOrchestrator(reward_model=store.good, num_candidates=4, executor=executor)
     assert [c.score for c in orch.rank(math_task)[1]] == [c.score for c in direct.rank(math_task)[1]]
@@ -145,7 +145,7 @@ def test_reward_guided_scores_nodes_in_the_intermediate_pairs_format(store, exec
 
 @pytest.mark.slow
 def test_mlflow_models_serve_scores_candidates_like_model_score(store, tmp_path):
-    env = {"MLFLOW_TRACKING_URI": registry.tracking_uri(store.config), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {"MLFLOW_TRACKING_URI": tracking.tracking_uri(store.config), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     args = ["models", "serve", "-m", "models:/orchrm-reward@champion", "--env-manager", "local"]
     with running_mlflow(args, tmp_path / "serve.log", ready_path="/ping", env=env) as url:
         rows = store.pairs.head(8)
