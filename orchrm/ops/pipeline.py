@@ -200,6 +200,22 @@ class _Clock:
         return _Timer()
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every step of one pipeline run reads: the config, the stages, where its files and its
+    MLflow parent run are."""
+
+    config: PipelineConfig
+    stages: Stages
+    say: Say
+    clock: _Clock
+    out: Path
+    code_version: str
+    progress: bool
+    parent: str
+    tracking_uri: str
+
+
 def run_pipeline(
     config: PipelineConfig,
     *,
@@ -219,7 +235,7 @@ def run_pipeline(
     Tables, validation results, the model and the evaluation report land in ``run_dir``
     (default: a new ``<data_dir>/runs/<UTC time>-pipeline``).
     """
-    from orchrm.ops import registry, tracking
+    from orchrm.ops import tracking
 
     config = _absolute(config)
     stages = stages or Stages()
@@ -227,82 +243,34 @@ def run_pipeline(
     traces_dir = traces_dir if traces_dir is not None else config.pipeline.traces_dir
     out = Path(run_dir).resolve() if run_dir is not None else new_run_dir(config)
     out.mkdir(parents=True, exist_ok=True)
-    clock = _Clock(say)
-    data_dir = config.data_dir
-    version = source_hash()
-
     new: NewTraces | None = None
     if traces_dir is not None:
-        new = _call(stages.find_new_traces, str(traces_dir), data_dir=data_dir)
+        new = _call(stages.find_new_traces, str(traces_dir), data_dir=config.data_dir)
         if not new.new:
-            message = (
-                f"no new traces in {new.folder} ({len(new.files)} file(s), every one trained on before): "
-                "nothing to do tonight"
-            )
-            say(message)
-            return PipelineResult(status="no-new-traces", run_dir=out, message=message, champion_version=registry.champion_version(config))
-
-    tracking.configure(config)  # the store and experiment exist before any stage or subprocess touches them
-    uri = tracking.tracking_uri(config)
-    parent = tracking.start_run(config, "pipeline", tags={"orchrm.run_dir": str(out), "orchrm.code_version": version})
-    say(f"MLflow run {parent} at {uri}; files in {out}")
+            return _nothing_new(config, new, out=out, say=say)
+    run = _start(config, stages=stages, say=say, out=out, progress=progress)
     try:
+        artifacts = _artifacts_step(run, new)
+        _validate_step(run, "validate-artifacts", "2/8 validate artifacts (Great Expectations)", stages.validate_artifacts, artifacts)
+        pairs = _pairs_step(run, artifacts)
+        _validate_step(run, "validate-pairs", "4/8 validate pairs (Great Expectations)", stages.validate_pairs, pairs, artifacts)
+        model = _train_step(run, pairs)
+        evaluation = _evaluate_step(run, model, pairs)
+        verdict = _gate_step(run, evaluation)
+        registered, champion = _register_step(run, model, evaluation, verdict, pairs)
         if new is not None:
-            with clock.stage("ingest", f"1/8 ingest {len(new.files)} trace file(s) ({len(new.new)} new) from {new.folder}"):
-                artifacts = _call(stages.ingest, new, out_dir=str(out))
-                say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks")
-        else:
-            c = config.collect
-            runs = f" x {c.repeats} executions" if c.repeats > 1 else ""
-            with clock.stage("collect", f"1/8 collect: {c.tasks_per_domain} tasks x {c.plans_per_task} plans{runs} in {', '.join(c.domains)}"):
-                artifacts = _call(stages.collect, c, config.sandbox, data_dir=data_dir, code_version=version, progress=progress)
-                say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks: {artifacts.path}")
-        with clock.stage("validate-artifacts", "2/8 validate artifacts (Great Expectations)"):
-            checked = _call(stages.validate_artifacts, artifacts, config=config, out_dir=str(out), parent_run_id=parent)
-            say(f"passed on {checked.rows} rows" + (f"; warnings: {', '.join(checked.warnings)}" if checked.warnings else ""))
-        with clock.stage("build-pairs", "3/8 build win/loss pairs"):
-            pairs = _call(stages.build_pairs, artifacts, config=config, out_dir=str(out), parent_run_id=parent)
-            say(f"{pairs.rows} pairs ({', '.join(f'{k} {v}' for k, v in pairs.splits.items())}); digest {pairs.digest}")
-        with clock.stage("validate-pairs", "4/8 validate pairs (Great Expectations)"):
-            checked = _call(stages.validate_pairs, pairs, artifacts, config=config, out_dir=str(out), parent_run_id=parent)
-            say(f"passed on {checked.rows} rows" + (f"; warnings: {', '.join(checked.warnings)}" if checked.warnings else ""))
-        launcher = "torchrun" if config.pipeline.launcher == "torchrun" else "a subprocess"
-        with clock.stage("train", f"5/8 train the Bradley-Terry reward model ({config.model.encoder} encoder, in {launcher})"):
-            model = _call(stages.train, pairs, config=config, out_dir=str(out), parent_run_id=parent)
-            say(f"{model.epochs} epoch(s) in {model.train_seconds:.1f} s, best validation loss {model.best_val_loss}; {model.model_path}")
-        with clock.stage("evaluate", "6/8 evaluate on held-out tasks (candidate and champion, same pool)"):
-            # after training, not beside it: on a small machine the two only slow each other down
-            pool = _call(stages.build_pool, config.evaluate, config.collect, config.sandbox, data_dir=data_dir, code_version=version, progress=progress)
-            say(f"held-out pool: {pool.tasks} tasks, {pool.rows} candidate executions: {pool.path}")
-            evaluation = _call(stages.evaluate, model, pairs, pool, config=config, out_dir=str(out), parent_run_id=parent)
-            say(evaluation.summary)
-        with clock.stage("gate", "7/8 gates"):
-            verdict = _call(stages.gate, evaluation, config.evaluate.gates)
-            say(str(verdict))
-        with clock.stage("register", "8/8 register (alias challenger) and promote (champion, only when every gate passed)"):
-            registered = _call(stages.register, model, evaluation, verdict, pairs, config=config)
-            if verdict.passed:
-                _call(stages.promote, registered, config=config)
-            champion = registry.champion_version(config)
-            say(f"version {registered.version}: {verdict.label}; champion is version {champion}")
-        if new is not None:
-            _call(stages.record_ingested, new, data_dir=data_dir, run_id=parent)
+            _call(stages.record_ingested, new, data_dir=config.data_dir, run_id=run.parent)
     except BaseException:
-        tracking.end_run(config, parent, status="FAILED")
+        tracking.end_run(config, run.parent, status="FAILED")
         raise
-    _log_summary(config, parent, verdict=verdict, registered=registered, champion=champion, seconds=clock.seconds)
-    tracking.end_run(config, parent)
-    if verdict.passed:
-        message = f"version {registered.version} passed every gate and is now {config.registry.model_name}@champion"
-    else:
-        kept = f"version {champion} stays champion" if champion is not None else "there is no champion yet"
-        message = f"version {registered.version} was rejected ({', '.join(g.name for g in verdict.failed())}); {kept}"
+    _log_summary(config, run.parent, verdict=verdict, registered=registered, champion=champion, seconds=run.clock.seconds)
+    tracking.end_run(config, run.parent)
     return PipelineResult(
         status=verdict.label,
         run_dir=out,
-        message=message,
-        run_id=parent,
-        tracking_uri=uri,
+        message=_verdict_message(config, verdict, registered=registered, champion=champion),
+        run_id=run.parent,
+        tracking_uri=run.tracking_uri,
         artifacts=artifacts,
         pairs=pairs,
         model=model,
@@ -310,8 +278,117 @@ def run_pipeline(
         verdict=verdict,
         registered=registered,
         champion_version=champion,
-        seconds=dict(clock.seconds),
+        seconds=dict(run.clock.seconds),
     )
+
+
+def _nothing_new(config: PipelineConfig, new: NewTraces, *, out: Path, say: Say) -> PipelineResult:
+    """The result of an ingest run whose folder holds only files earlier runs trained on."""
+    from orchrm.ops import registry
+
+    message = (
+        f"no new traces in {new.folder} ({len(new.files)} file(s), every one trained on before): "
+        "nothing to do tonight"
+    )
+    say(message)
+    return PipelineResult(status="no-new-traces", run_dir=out, message=message, champion_version=registry.champion_version(config))
+
+
+def _start(config: PipelineConfig, *, stages: Stages, say: Say, out: Path, progress: bool) -> _Run:
+    """Create the store and the experiment (before any stage or subprocess touches them) and the
+    run's MLflow parent run, tagged with its folder and the code version."""
+    from orchrm.ops import tracking
+
+    version = source_hash()
+    tracking.configure(config)
+    uri = tracking.tracking_uri(config)
+    parent = tracking.start_run(config, "pipeline", tags={"orchrm.run_dir": str(out), "orchrm.code_version": version})
+    say(f"MLflow run {parent} at {uri}; files in {out}")
+    return _Run(config=config, stages=stages, say=say, clock=_Clock(say), out=out, code_version=version, progress=progress, parent=parent, tracking_uri=uri)
+
+
+def _artifacts_step(run: _Run, new: NewTraces | None) -> Artifacts:
+    """Step 1: ingest the folder's trace files when there are new ones, else collect in the sandbox."""
+    if new is not None:
+        with run.clock.stage("ingest", f"1/8 ingest {len(new.files)} trace file(s) ({len(new.new)} new) from {new.folder}"):
+            artifacts = _call(run.stages.ingest, new, out_dir=str(run.out))
+            run.say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks")
+        return artifacts
+    c = run.config.collect
+    runs = f" x {c.repeats} executions" if c.repeats > 1 else ""
+    with run.clock.stage("collect", f"1/8 collect: {c.tasks_per_domain} tasks x {c.plans_per_task} plans{runs} in {', '.join(c.domains)}"):
+        artifacts = _call(run.stages.collect, c, run.config.sandbox, data_dir=run.config.data_dir, code_version=run.code_version, progress=run.progress)
+        run.say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks: {artifacts.path}")
+    return artifacts
+
+
+def _validate_step(run: _Run, name: str, title: str, stage: Callable[..., Validated], *tables: Any) -> Validated:
+    """Steps 2 and 4: a Great Expectations suite on ``tables`` (raises on a failed expectation)."""
+    with run.clock.stage(name, title):
+        checked = _call(stage, *tables, config=run.config, out_dir=str(run.out), parent_run_id=run.parent)
+        run.say(f"passed on {checked.rows} rows" + (f"; warnings: {', '.join(checked.warnings)}" if checked.warnings else ""))
+    return checked
+
+
+def _pairs_step(run: _Run, artifacts: Artifacts) -> Pairs:
+    """Step 3: the win/loss pairs of the artifacts, with their split counts and digest."""
+    with run.clock.stage("build-pairs", "3/8 build win/loss pairs"):
+        pairs = _call(run.stages.build_pairs, artifacts, config=run.config, out_dir=str(run.out), parent_run_id=run.parent)
+        run.say(f"{pairs.rows} pairs ({', '.join(f'{k} {v}' for k, v in pairs.splits.items())}); digest {pairs.digest}")
+    return pairs
+
+
+def _train_step(run: _Run, pairs: Pairs) -> TrainedModel:
+    """Step 5: train in a subprocess (or torchrun)."""
+    config = run.config
+    launcher = "torchrun" if config.pipeline.launcher == "torchrun" else "a subprocess"
+    with run.clock.stage("train", f"5/8 train the Bradley-Terry reward model ({config.model.encoder} encoder, in {launcher})"):
+        model = _call(run.stages.train, pairs, config=config, out_dir=str(run.out), parent_run_id=run.parent)
+        run.say(f"{model.epochs} epoch(s) in {model.train_seconds:.1f} s, best validation loss {model.best_val_loss}; {model.model_path}")
+    return model
+
+
+def _evaluate_step(run: _Run, model: TrainedModel, pairs: Pairs) -> Evaluation:
+    """Step 6: build the held-out pool, then evaluate the candidate and the champion on it."""
+    config = run.config
+    with run.clock.stage("evaluate", "6/8 evaluate on held-out tasks (candidate and champion, same pool)"):
+        # after training, not beside it: on a small machine the two only slow each other down
+        pool = _call(run.stages.build_pool, config.evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=run.code_version, progress=run.progress)
+        run.say(f"held-out pool: {pool.tasks} tasks, {pool.rows} candidate executions: {pool.path}")
+        evaluation = _call(run.stages.evaluate, model, pairs, pool, config=config, out_dir=str(run.out), parent_run_id=run.parent)
+        run.say(evaluation.summary)
+    return evaluation
+
+
+def _gate_step(run: _Run, evaluation: Evaluation) -> Verdict:
+    """Step 7: every gate on the evaluation's figures."""
+    with run.clock.stage("gate", "7/8 gates"):
+        verdict = _call(run.stages.gate, evaluation, run.config.evaluate.gates)
+        run.say(str(verdict))
+    return verdict
+
+
+def _register_step(run: _Run, model: TrainedModel, evaluation: Evaluation, verdict: Verdict, pairs: Pairs) -> tuple[Registered, int | None]:
+    """Step 8: register the candidate (alias ``challenger``), promote it when every gate passed;
+    returns the registered version and the champion's version after it."""
+    from orchrm.ops import registry
+
+    config = run.config
+    with run.clock.stage("register", "8/8 register (alias challenger) and promote (champion, only when every gate passed)"):
+        registered = _call(run.stages.register, model, evaluation, verdict, pairs, config=config)
+        if verdict.passed:
+            _call(run.stages.promote, registered, config=config)
+        champion = registry.champion_version(config)
+        run.say(f"version {registered.version}: {verdict.label}; champion is version {champion}")
+    return registered, champion
+
+
+def _verdict_message(config: PipelineConfig, verdict: Verdict, *, registered: Registered, champion: int | None) -> str:
+    """The run's one-line outcome: promoted, or rejected by which gates and who stays champion."""
+    if verdict.passed:
+        return f"version {registered.version} passed every gate and is now {config.registry.model_name}@champion"
+    kept = f"version {champion} stays champion" if champion is not None else "there is no champion yet"
+    return f"version {registered.version} was rejected ({', '.join(g.name for g in verdict.failed())}); {kept}"
 
 
 def _log_summary(config: PipelineConfig, run_id: str, *, verdict: Verdict, registered: Registered, champion: int | None, seconds: Mapping[str, float]) -> None:
@@ -404,7 +481,15 @@ def weekly_seed(config: PipelineConfig, when: datetime | None = None) -> int:
 
 
 def _fmt(value: float | None) -> str:
+    """A gate's figure or threshold in 4 significant digits, ``-`` when it has none (not
+    :func:`orchrm.evaluation.metrics.fmt_number`: fixed decimals would print 0.6 as 0.600)."""
     return "-" if value is None else f"{value:.4g}"
+
+
+def _gate_table(verdict: Verdict) -> list[str]:
+    """Every gate of ``verdict`` as the rows of a markdown table, header first."""
+    rows = [f"| {g.name} | {_fmt(g.value)} | {_fmt(g.threshold)} | {'pass' if g.passed else 'FAIL'} | {g.detail} |" for g in verdict.gates]
+    return ["| gate | value | threshold | result | detail |", "|---|---|---|---|---|", *rows]
 
 
 def report_markdown(result: PipelineResult) -> str:
@@ -412,10 +497,7 @@ def report_markdown(result: PipelineResult) -> str:
     tables (pairwise accuracy, best-of-N)."""
     lines = [f"# OrchRM pipeline: {result.status}", "", result.message, ""]
     if result.verdict is not None:
-        lines += ["## Gates", "", "| gate | value | threshold | result | detail |", "|---|---|---|---|---|"]
-        for g in result.verdict.gates:
-            lines.append(f"| {g.name} | {_fmt(g.value)} | {_fmt(g.threshold)} | {'pass' if g.passed else 'FAIL'} | {g.detail} |")
-        lines.append("")
+        lines += ["## Gates", "", *_gate_table(result.verdict), ""]
     if result.registered is not None:
         lines.append(f"Registered version {result.registered.version} (alias challenger); champion: version {result.champion_version}.")
         lines.append("")
@@ -438,9 +520,7 @@ def reevaluation_markdown(result: Reevaluation) -> str:
     """The weekly report: the champion's gates on fresh tasks, then the evaluation's tables."""
     lines = ["# OrchRM weekly re-evaluation", "", result.message, ""]
     if result.verdict is not None:
-        lines += ["| gate | value | threshold | result | detail |", "|---|---|---|---|---|"]
-        lines += [f"| {g.name} | {_fmt(g.value)} | {_fmt(g.threshold)} | {'pass' if g.passed else 'FAIL'} | {g.detail} |" for g in result.verdict.gates]
-        lines.append("")
+        lines += [*_gate_table(result.verdict), ""]
     if result.evaluation is not None:
         lines.append(result.evaluation.markdown)
     return "\n".join(lines)
@@ -458,7 +538,7 @@ def mlflow_run_url(config: PipelineConfig, run_id: str | None) -> str | None:
     if not run_id:
         return None
     uri = tracking.tracking_uri(config)
-    base = uri if uri.startswith(("http://", "https://")) else os.environ.get("MLFLOW_UI_URL", LOCAL_MLFLOW_UI)
+    base = uri if tracking.is_remote(uri) else os.environ.get("MLFLOW_UI_URL", LOCAL_MLFLOW_UI)
     experiment_id = _client(config).get_run(run_id).info.experiment_id
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
