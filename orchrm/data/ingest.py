@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from orchrm.data.quality import numeric_match, token_f1
 from orchrm.data.tables import (
     ARTIFACT_COLUMNS,
     check_output_table,
@@ -21,6 +23,9 @@ from orchrm.data.tables import (
     write_table,
 )
 from orchrm.errors import TraceSchemaError
+from orchrm.plans import Plan
+from orchrm.util.digests import stable_id
+from orchrm.util.tokens import count_tokens
 
 INGEST_REQUIRED = ("task_id", "question", "content")
 
@@ -81,6 +86,15 @@ def _as_int(series: pd.Series) -> pd.Series:
 MAX_DEPTH = 32
 
 
+@dataclass(frozen=True)
+class _Plans:
+    """The ``<agent>`` plans of a trace table: each distinct plan text parsed once, and the rows of
+    a final output written by a step outside their plan."""
+
+    parsed: dict[str, Plan]
+    after_plan: frozenset
+
+
 def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFrame:
     """Validate and normalise a user's traces into the artifact table (DESIGN §3).
 
@@ -100,17 +114,37 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     Every problem found is reported at once, naming columns and (0-based) rows, as a
     :class:`TraceSchemaError`; nothing is returned half-normalised.
     """
-    from orchrm.data.quality import numeric_match, token_f1
-    from orchrm.plans import Plan
-    from orchrm.util.digests import stable_id
-    from orchrm.util.tokens import count_tokens
-
     if not isinstance(df, pd.DataFrame):
         raise TraceSchemaError(f"traces must be a table (DataFrame), got {type(df).__name__}")
     if df.empty:
         raise TraceSchemaError("the traces hold no rows; nothing to ingest")
     df = df.reset_index(drop=True).copy()
-    problems: list[str] = []
+    _check_required_columns(df)
+    problems = [problem for check in _CELL_CHECKS for problem in check(df)]
+    plans, plan_problems = _parse_plans(df)
+    problems += plan_problems
+    if problems:
+        raise TraceSchemaError("traces rejected, nothing was written:\n  " + "\n  ".join(problems))
+
+    out = _text_columns(df, plans)
+    _execution_columns(df, out, plans, run_id=run_id)
+    _graph_columns(df, out, plans)
+    _cost_columns(df, out)
+    out["is_final"] = _final_flags(df, out)
+    out["quality"] = _quality(df, out)
+    out["created_at"] = (
+        pd.to_datetime(df["created_at"], utc=True, format="ISO8601") if "created_at" in df.columns else pd.Timestamp.now(tz="UTC")
+    )
+    out["artifact_id"] = _artifact_ids(df, out)
+    return out[list(ARTIFACT_COLUMNS)].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------------
+# checks: each returns its problems as messages naming the column and the rows
+
+
+def _check_required_columns(df: pd.DataFrame) -> None:
+    """Raise :class:`TraceSchemaError` naming every required column (or pair of columns) missing."""
     missing = [c for c in INGEST_REQUIRED if c not in df.columns]
     if "plan_text" not in df.columns and not {"node_id", "agent"} <= set(df.columns):
         missing.append("plan_text (or node_id + agent)")
@@ -120,16 +154,33 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         raise TraceSchemaError(
             f"traces lack required column(s): {', '.join(missing)}; present: {', '.join(map(str, df.columns))}"
         )
+
+
+def _text_problems(df: pd.DataFrame) -> list[str]:
+    """Blank task ids and contents, then what :func:`task_problems` finds."""
+    problems = []
     for col in ("task_id", "content"):
         bad = df.index[_blank(df[col])]
         if len(bad):
             problems.append(f"column '{col}': empty, NaN or not text in rows {_rows_text(bad)}")
-    problems += task_problems(df)
-    for col in ("plan_id", "run_id", "node_id", "artifact_id"):  # optional, but a row that has the column needs a value
+    return problems + task_problems(df)
+
+
+def _id_problems(df: pd.DataFrame) -> list[str]:
+    """Optional id columns: a table that has one needs a value on every row."""
+    problems = []
+    for col in ("plan_id", "run_id", "node_id", "artifact_id"):
         if col in df.columns:
             bad = df.index[df[col].isna()]
             if len(bad):
                 problems.append(f"column '{col}': missing in rows {_rows_text(bad)} (give every row one, or drop the column)")
+    return problems
+
+
+def _number_problems(df: pd.DataFrame) -> list[str]:
+    """Token counts and depths that are not non-negative integers, depths above :data:`MAX_DEPTH`,
+    costs that are not finite non-negative numbers."""
+    problems = []
     for col in ("prompt_tokens", "completion_tokens", "depth"):
         if col in df.columns:
             values = _as_int(df[col])
@@ -145,6 +196,12 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         bad = df.index[values.isna() | (values < 0) | ~np.isfinite(values.fillna(0))]
         if len(bad):
             problems.append(f"column 'cost': not a finite non-negative number in rows {_rows_text(bad)}")
+    return problems
+
+
+def _time_and_parent_problems(df: pd.DataFrame) -> list[str]:
+    """Times that are not ISO 8601, parents that are neither a comma-separated string nor a list of ids."""
+    problems = []
     if "created_at" in df.columns:
         stamps = pd.to_datetime(df["created_at"], utc=True, errors="coerce", format="ISO8601")
         bad = df.index[stamps.isna()]
@@ -157,60 +214,89 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         )]
         if len(bad):
             problems.append(f"column 'parent_ids': not a comma-separated string or a list of ids in rows {_rows_text(bad)}")
-    has_ref = "answer" in df.columns and "reference" in df.columns
-    if "quality" in df.columns:
-        q = pd.to_numeric(df["quality"], errors="coerce")
-        out_of_range = df.index[q.notna() & ((q < 0) | (q > 1))]
-        if len(out_of_range):
-            problems.append(f"column 'quality': outside [0, 1] in rows {_rows_text(out_of_range)}")
-        nan_q = q.isna()
-        if has_ref:
-            nan_q &= df["reference"].isna()
-        if nan_q.any():
-            problems.append(
-                f"column 'quality': NaN or not a number (and no answer + reference to score) in rows {_rows_text(df.index[nan_q])}"
-            )
-    if "is_final" in df.columns:
-        bad = non_boolean_rows(df["is_final"])
-        if len(bad):
-            problems.append(f"column 'is_final': not a boolean in rows {_rows_text(bad)}")
-    plans: dict[str, Plan] = {}  # each distinct <agent> plan text, parsed once
-    after_plan: set = set()  # rows of a final output written by a step outside their plan
-    if "plan_text" in df.columns:
-        bad_plans, off_plan = [], []
-        node_ids = df["node_id"] if "node_id" in df.columns else pd.Series(None, index=df.index, dtype=object)
-        flagged_final = df["is_final"].isin([True]) if "is_final" in df.columns else pd.Series(False, index=df.index)
-        for i, text in df["plan_text"].items():
-            if not isinstance(text, str) or not text.strip():
-                bad_plans.append(i)
-            elif "<agent" in text:
-                try:
-                    if text not in plans:
-                        plans[text] = Plan.parse(text)
-                    parsed = plans[text]
-                except Exception:
-                    bad_plans.append(i)
-                    continue
-                node = node_ids.at[i]  # without the column: the plan's last agent (its sink)
-                if "node_id" in df.columns and (not isinstance(node, str) or node not in {n.id for n in parsed.nodes}):
-                    if isinstance(node, str) and node.strip() and flagged_final.at[i]:
-                        after_plan.add(i)  # the final reply, written by a step after the plan
-                    else:
-                        off_plan.append(i)
-        if bad_plans:
-            problems.append(
-                f"column 'plan_text': empty or an invalid <agent .../> plan in rows {_rows_text(pd.Index(bad_plans))} "
-                "(check it with orchrm.plans.Plan.parse)"
-            )
-        if off_plan:
-            problems.append(
-                f"column 'node_id': rows {_rows_text(pd.Index(off_plan))} have an <agent .../> plan_text but no "
-                "node_id of one of its agents (each row is the output of one agent of its plan; a final reply "
-                "written by a step outside the plan is accepted when the row has is_final=true)"
-            )
-    if problems:
-        raise TraceSchemaError("traces rejected, nothing was written:\n  " + "\n  ".join(problems))
+    return problems
 
+
+def _quality_problems(df: pd.DataFrame) -> list[str]:
+    """Qualities outside [0, 1], or missing where no answer + reference can score the row."""
+    if "quality" not in df.columns:
+        return []
+    problems = []
+    q = pd.to_numeric(df["quality"], errors="coerce")
+    out_of_range = df.index[q.notna() & ((q < 0) | (q > 1))]
+    if len(out_of_range):
+        problems.append(f"column 'quality': outside [0, 1] in rows {_rows_text(out_of_range)}")
+    nan_q = q.isna()
+    if "answer" in df.columns and "reference" in df.columns:
+        nan_q &= df["reference"].isna()
+    if nan_q.any():
+        problems.append(
+            f"column 'quality': NaN or not a number (and no answer + reference to score) in rows {_rows_text(df.index[nan_q])}"
+        )
+    return problems
+
+
+def _final_flag_problems(df: pd.DataFrame) -> list[str]:
+    if "is_final" not in df.columns:
+        return []
+    bad = non_boolean_rows(df["is_final"])
+    return [f"column 'is_final': not a boolean in rows {_rows_text(bad)}"] if len(bad) else []
+
+
+#: the checks of every cell, in the order their problems are reported
+_CELL_CHECKS = (_text_problems, _id_problems, _number_problems, _time_and_parent_problems, _quality_problems, _final_flag_problems)
+
+
+def _parse_plans(df: pd.DataFrame) -> tuple[_Plans, list[str]]:
+    """Parse each distinct ``<agent>`` plan text once; the problems: blank or invalid plan texts,
+    and rows whose ``node_id`` is none of their plan's agents (unless marked ``is_final``: a final
+    reply written by a step after the plan)."""
+    plans: dict[str, Plan] = {}
+    after_plan: set = set()
+    if "plan_text" not in df.columns:
+        return _Plans(plans, frozenset()), []
+    bad_plans, off_plan = [], []
+    node_ids = df["node_id"] if "node_id" in df.columns else pd.Series(None, index=df.index, dtype=object)
+    flagged_final = df["is_final"].isin([True]) if "is_final" in df.columns else pd.Series(False, index=df.index)
+    for i, text in df["plan_text"].items():
+        if not isinstance(text, str) or not text.strip():
+            bad_plans.append(i)
+        elif "<agent" in text:
+            try:
+                if text not in plans:
+                    plans[text] = Plan.parse(text)
+                parsed = plans[text]
+            except Exception:
+                bad_plans.append(i)
+                continue
+            node = node_ids.at[i]  # without the column: the plan's last agent (its sink)
+            if "node_id" in df.columns and (not isinstance(node, str) or node not in {n.id for n in parsed.nodes}):
+                if isinstance(node, str) and node.strip() and flagged_final.at[i]:
+                    after_plan.add(i)  # the final reply, written by a step after the plan
+                else:
+                    off_plan.append(i)
+    problems = []
+    if bad_plans:
+        problems.append(
+            f"column 'plan_text': empty or an invalid <agent .../> plan in rows {_rows_text(pd.Index(bad_plans))} "
+            "(check it with orchrm.plans.Plan.parse)"
+        )
+    if off_plan:
+        problems.append(
+            f"column 'node_id': rows {_rows_text(pd.Index(off_plan))} have an <agent .../> plan_text but no "
+            "node_id of one of its agents (each row is the output of one agent of its plan; a final reply "
+            "written by a step outside the plan is accepted when the row has is_final=true)"
+        )
+    return _Plans(plans, frozenset(after_plan)), problems
+
+
+# --------------------------------------------------------------------------------------------
+# the artifact columns, derived from the checked traces
+
+
+def _text_columns(df: pd.DataFrame, plans: _Plans) -> pd.DataFrame:
+    """A new table with the texts and names: task, question, content, domain, node and agent (a
+    row of an ``<agent>`` plan without a ``node_id`` is its plan's sink)."""
     out = pd.DataFrame(index=df.index)
     out["task_id"] = df["task_id"].astype(str)
     out["question"] = df["question"].astype(str)
@@ -218,24 +304,36 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     out["domain"] = df["domain"].fillna("custom").astype(str) if "domain" in df.columns else "custom"
     out["node_id"] = df["node_id"].fillna("final").astype(str) if "node_id" in df.columns else "final"
     out["agent"] = df["agent"].fillna("external").astype(str) if "agent" in df.columns else "external"
-    if "node_id" not in df.columns and plans:  # a row of an <agent> plan is its sink's output
+    if "node_id" not in df.columns and plans.parsed:  # a row of an <agent> plan is its sink's output
         for i, text in df["plan_text"].items():
-            if text in plans:
-                out.at[i, "node_id"] = plans[text].sink
+            if text in plans.parsed:
+                out.at[i, "node_id"] = plans.parsed[text].sink
+    return out
+
+
+def _execution_columns(df: pd.DataFrame, out: pd.DataFrame, plans: _Plans, *, run_id: str | None) -> None:
+    """Which execution a row belongs to: ``run_id`` (default: a hash of the traces themselves, so
+    two different files never share ids), ``plan_text`` (canonical, or one execution's steps in
+    order), ``plan_id`` and ``orchestrator``."""
     group = df["plan_id"].astype(str) if "plan_id" in df.columns else None
-    # default run id: a hash of the traces themselves, so two different files never share ids
     if "run_id" in df.columns:
         out["run_id"] = df["run_id"].astype(str)
     else:
         out["run_id"] = run_id or stable_id("ingest", hashlib.sha256(df.to_json(orient="split", default_handler=str).encode()).hexdigest())
     if "plan_text" in df.columns:
-        out["plan_text"] = [plans[t].render() if t in plans else t.strip() for t in df["plan_text"]]
+        out["plan_text"] = [plans.parsed[t].render() if t in plans.parsed else t.strip() for t in df["plan_text"]]
     else:  # one execution's steps, in order: a plan id may recur across tasks and runs
         key = out["task_id"] + "\x1f" + out["run_id"] + "\x1f" + (group if group is not None else "")
         steps = (out["node_id"] + ": " + out["agent"]).groupby(key).transform(lambda s: "\n".join(s))
         out["plan_text"] = steps
     out["plan_id"] = group if group is not None else out["plan_text"].map(lambda t: stable_id(t))
     out["orchestrator"] = df["orchestrator"].fillna("external").astype(str) if "orchestrator" in df.columns else "external"
+
+
+def _graph_columns(df: pd.DataFrame, out: pd.DataFrame, plans: _Plans) -> None:
+    """``depth`` and ``parent_ids`` as the trace gives them; what it leaves out (and an empty
+    ``agent``) taken from the row's ``<agent>`` plan. A final reply written after the plan is the
+    sink's child."""
     out["depth"] = _as_int(df["depth"]).astype("int64") if "depth" in df.columns else 0
     if "parent_ids" in df.columns:
         out["parent_ids"] = df["parent_ids"].map(
@@ -243,13 +341,12 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
         )
     else:
         out["parent_ids"] = [[] for _ in range(len(df))]
-    # an <agent> plan says what the trace leaves out: each node's type, depth and parents
-    depths = {text: plan.depths() for text, plan in plans.items()}
-    for i, text in df["plan_text"].items() if plans else ():
-        if text not in plans:
+    depths = {text: plan.depths() for text, plan in plans.parsed.items()}
+    for i, text in df["plan_text"].items() if plans.parsed else ():
+        if text not in plans.parsed:
             continue
-        plan, node = plans[text], out.at[i, "node_id"]
-        if i in after_plan:  # a step after the plan: it reads the sink's output
+        plan, node = plans.parsed[text], out.at[i, "node_id"]
+        if i in plans.after_plan:  # a step after the plan: it reads the sink's output
             if "depth" not in df.columns:
                 out.at[i, "depth"] = depths[text][plan.sink] + 1
             if "parent_ids" not in df.columns:
@@ -261,36 +358,53 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
             out.at[i, "depth"] = depths[text][node]
         if "parent_ids" not in df.columns:
             out.at[i, "parent_ids"] = list(plan.parents(node))
+
+
+def _cost_columns(df: pd.DataFrame, out: pd.DataFrame) -> None:
+    """``answer``, the token counts (counted from the texts when not given) and ``cost`` (their sum
+    when not given)."""
     out["answer"] = df["answer"].map(lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)) if "answer" in df.columns else None
     out["prompt_tokens"] = _as_int(df["prompt_tokens"]).astype("int64") if "prompt_tokens" in df.columns else out["question"].map(count_tokens)
     out["completion_tokens"] = _as_int(df["completion_tokens"]).astype("int64") if "completion_tokens" in df.columns else out["content"].map(count_tokens)
     out["cost"] = pd.to_numeric(df["cost"]).astype("float64") if "cost" in df.columns else (out["prompt_tokens"] + out["completion_tokens"]).astype("float64")
+
+
+def _final_flags(df: pd.DataFrame, out: pd.DataFrame) -> pd.Series:
+    """``is_final`` as given, else the last row of each execution (task, run, plan)."""
     if "is_final" in df.columns:
-        out["is_final"] = df["is_final"].astype(bool)
-    else:
-        last = out.groupby(["task_id", "run_id", "plan_id"], sort=False).cumcount(ascending=False) == 0
-        out["is_final"] = last
+        return df["is_final"].astype(bool)
+    return out.groupby(["task_id", "run_id", "plan_id"], sort=False).cumcount(ascending=False) == 0
+
+
+def _quality(df: pd.DataFrame, out: pd.DataFrame) -> pd.Series:
+    """``quality`` as given, else scored from ``answer`` vs ``reference`` (numeric match for math,
+    token F1 otherwise); NaN where neither is there."""
     quality = pd.to_numeric(df["quality"], errors="coerce") if "quality" in df.columns else pd.Series(float("nan"), index=df.index)
-    if has_ref:
+    if "answer" in df.columns and "reference" in df.columns:
         need = quality.isna() & df["reference"].notna() & ~_blank(out["answer"])
         for i in df.index[need]:
             scorer = numeric_match if out.at[i, "domain"] == "math" else token_f1
             quality.at[i] = scorer(out.at[i, "answer"], str(df.at[i, "reference"]))
-    out["quality"] = quality.astype("float64")
-    out["created_at"] = (
-        pd.to_datetime(df["created_at"], utc=True, format="ISO8601") if "created_at" in df.columns else pd.Timestamp.now(tz="UTC")
-    )
+    return quality.astype("float64")
+
+
+def _artifact_ids(df: pd.DataFrame, out: pd.DataFrame) -> pd.Series | list[str]:
+    """``artifact_id`` as given, else a stable hash of run, task, plan, node and row; raises
+    :class:`TraceSchemaError` when two rows end up with one id."""
     if "artifact_id" in df.columns:
-        out["artifact_id"] = df["artifact_id"].astype(str)
+        ids = df["artifact_id"].astype(str)
     else:
-        out["artifact_id"] = [
-            stable_id(r, t, p, n, i, n=16)
-            for i, (r, t, p, n) in enumerate(zip(out["run_id"], out["task_id"], out["plan_id"], out["node_id"], strict=True))
-        ]
-    dup = out.index[out["artifact_id"].duplicated(keep=False)]
+        ids = pd.Series(
+            [
+                stable_id(r, t, p, n, i, n=16)
+                for i, (r, t, p, n) in enumerate(zip(out["run_id"], out["task_id"], out["plan_id"], out["node_id"], strict=True))
+            ],
+            index=out.index,
+        )
+    dup = out.index[ids.duplicated(keep=False)]
     if len(dup):
         raise TraceSchemaError(f"column 'artifact_id': duplicate ids in rows {_rows_text(dup)}")
-    return out[list(ARTIFACT_COLUMNS)].reset_index(drop=True)
+    return ids
 
 
 def ingest_file(traces: str | os.PathLike, out: str | os.PathLike, *, run_id: str | None = None) -> pd.DataFrame:
