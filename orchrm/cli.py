@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchrm.errors import OrchRMError
@@ -136,9 +137,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _load_model_arg(uri_or_path: str, config):
     from orchrm.ops.serving import load_reward_model
-    from orchrm.ops.tracking import configure
 
     if uri_or_path.startswith(("models:/", "runs:/")):
+        # only for a URI: a model file needs no tracking store
+        from orchrm.ops.tracking import configure
+
         configure(config)  # the registry of this config (MLFLOW_TRACKING_URI, else the data folder's store)
     return load_reward_model(uri_or_path)
 
@@ -202,31 +205,11 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="orchrm",
-        description="Train reward models for multi-agent orchestration from the artifacts your system already produces.",
-        epilog="Pipeline: collect (or ingest your own traces) -> validate -> pairs -> validate -> train -> evaluate "
-        "-> gate -> register (alias challenger) -> promote (alias champion); `orchrm pipeline` runs every stage "
-        "once, `orchrm demo` on embedded defaults. Then `orchrm rank --model models:/orchrm-reward@champion ...`, "
-        "or orchrm.load_reward_model(...) from Python. The settings the README's measurements use: --config "
-        "configs/default.yaml.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+# --------------------------------------------------------------------------------------------
+# the arguments of each command
 
-    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str, description: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=description)
-        p.set_defaults(fn=fn, parser=p)
-        return p
 
-    p = add(
-        "collect",
-        _cmd_collect,
-        "run candidate plans on tasks and record every artifact",
-        "Sample --plans candidate plans per task, execute them in the sandbox (no LLM needed) in parallel "
-        "processes, and write the artifact table (every intermediate and final output, with token costs). "
-        "Deterministic for a seed.",
-    )
+def _collect_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", choices=DOMAIN_CHOICES, default="all", help="task domain (default: all)")
     p.add_argument("--tasks", type=positive_int, default=None, help="tasks per domain (default: the config's, 50)")
     p.add_argument("--plans", type=positive_int, default=None, help="candidate plans per task (default: the config's, 8)")
@@ -273,32 +256,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output table, .parquet or .jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    p = add(
-        "ingest",
-        _cmd_ingest,
-        "validate and normalise your own system's traces into an artifact table",
-        "Read traces (JSONL or Parquet) in the artifact schema; required: task_id, question, plan_text or "
-        "node_id+agent, content, and quality or answer+reference. A row of an <agent .../> plan names one of its "
-        "agents, except a row with is_final=true: a final reply written by a step outside the plan (e.g. "
-        "node_id final, agent Resolver) is taken as the plan's final output. Any bad row stops the ingest with "
-        "an error naming rows and columns; nothing partial is written.",
-    )
+
+def _ingest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--traces", required=True, help="input traces, .jsonl or .parquet")
     p.add_argument("--out", required=True, help="output artifact table, .parquet or .jsonl")
     p.add_argument("--run-id", default=None, help="run id for rows without one (default: a hash of the traces' contents)")
 
-    p = add("pairs", _cmd_pairs, "turn artifacts into win/loss pairs", "Build the pair table (TRL preference columns) from an artifact table.")
+
+def _pairs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--artifacts", required=True, help="artifact table")
     p.add_argument("--out", required=True, help="output pair table, .parquet or .jsonl")
     p.add_argument("--config", default=None, help="YAML config (pairs: section)")
 
-    p = add(
-        "validate",
-        _cmd_validate,
-        "run the Great Expectations gates on artifact and/or pair tables",
-        "Validate tables against expectations/*.json. Exits non-zero listing every failed expectation; writes "
-        "GX results (JSON) and Data Docs (HTML) either way.",
-    )
+
+def _validate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--artifacts", default=None, help="artifact table to validate")
     p.add_argument("--pairs", default=None, help="pair table to validate")
     p.add_argument(
@@ -307,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
         ".orchrm/validation/<UTC time>/ per run)",
     )
 
-    p = add("train", _cmd_train, "fit a Bradley-Terry reward model on pairs", "Train a reward model on a pair table and save it to --out.")
+
+def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", required=True, help="pair table")
     p.add_argument("--out", required=True, help="output model directory")
     p.add_argument(
@@ -334,7 +306,110 @@ def build_parser() -> argparse.ArgumentParser:
         help="log params and per-step/per-epoch metrics to this MLflow run (at MLFLOW_TRACKING_URI); the pipeline passes its train run",
     )
 
-    p = add(
+
+def _project_config() -> str | None:
+    """``configs/default.yaml`` when the command runs from the project folder, else None (the built-in settings)."""
+    return "configs/default.yaml" if Path("configs/default.yaml").exists() else None
+
+
+def _pipeline_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=_project_config(),
+                   help="YAML config (default: configs/default.yaml when run from the project folder, else the built-in settings)")
+    p.add_argument("--traces", default=None,
+                   help="folder of your own traces (*.jsonl, *.parquet in the artifact schema) to train on instead of the "
+                   "sandbox; a run with no file new since the last run stops early (default: the config's pipeline.traces_dir)")
+    p.add_argument("--out", default=None, help="folder for this run's tables, model and reports (default: a new <data_dir>/runs/<UTC time>-pipeline)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config", default=_project_config(),
+        help="YAML config (default: configs/default.yaml when run from the project folder, else the built-in settings)",
+    )
+    p.add_argument("--out", default=None, help="output folder (default: <the config's data_dir>/demo)")
+
+
+def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="the model to evaluate: URI or path")
+    p.add_argument("--pairs", required=True, help="pair table (Parquet/JSONL); its test split is the held-out set")
+    p.add_argument("--champion", default=None, help="a second model evaluated on the same pairs and pool (URI or path), for the beats-champion gate")
+    p.add_argument("--pool", default=None, help="a candidate pool saved by CandidatePool.save (default: build it from the config's evaluate section)")
+    p.add_argument("--out", default=None, help="write the report here: metrics.json, one CSV per table, PNG plots")
+    p.add_argument("--config", default=None, help="YAML config (evaluate: and registry: sections)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _promote_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--version", type=positive_int, required=True, help="registered version number (see the MLflow UI or `orchrm pipeline` output)")
+    p.add_argument("--config", default=None, help="YAML config (registry: and evaluate.gates: sections)")
+
+
+def _rank_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="URI or path of the reward model")
+    p.add_argument("--question", required=True, help="the task text")
+    p.add_argument("--domain", choices=(*DOMAIN_CHOICES[:-1], "auto"), default="auto", help="the task's domain (default: routed from the text)")
+    p.add_argument("--n", type=positive_int, default=5, help="candidate plans (default: 5)")
+    p.add_argument("--orchestrator", choices=("default", "base", "specialized"), default="default", help="plan sampler (default: default)")
+    p.add_argument("--seed", type=seed_int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--config", default=None, help="YAML config (registry: section)")
+
+
+# --------------------------------------------------------------------------------------------
+# the parser
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``orchrm`` command: its name, the function it runs, its one-line ``help`` (in
+    ``orchrm --help``), its ``description`` (in ``orchrm <name> --help``) and what adds its arguments."""
+
+    name: str
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+
+
+#: the commands, in the order ``orchrm --help`` lists them
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand(
+        "collect",
+        _cmd_collect,
+        "run candidate plans on tasks and record every artifact",
+        "Sample --plans candidate plans per task, execute them in the sandbox (no LLM needed) in parallel "
+        "processes, and write the artifact table (every intermediate and final output, with token costs). "
+        "Deterministic for a seed.",
+        _collect_arguments,
+    ),
+    Subcommand(
+        "ingest",
+        _cmd_ingest,
+        "validate and normalise your own system's traces into an artifact table",
+        "Read traces (JSONL or Parquet) in the artifact schema; required: task_id, question, plan_text or "
+        "node_id+agent, content, and quality or answer+reference. A row of an <agent .../> plan names one of its "
+        "agents, except a row with is_final=true: a final reply written by a step outside the plan (e.g. "
+        "node_id final, agent Resolver) is taken as the plan's final output. Any bad row stops the ingest with "
+        "an error naming rows and columns; nothing partial is written.",
+        _ingest_arguments,
+    ),
+    Subcommand(
+        "pairs", _cmd_pairs, "turn artifacts into win/loss pairs", "Build the pair table (TRL preference columns) from an artifact table.",
+        _pairs_arguments,
+    ),
+    Subcommand(
+        "validate",
+        _cmd_validate,
+        "run the Great Expectations gates on artifact and/or pair tables",
+        "Validate tables against expectations/*.json. Exits non-zero listing every failed expectation; writes "
+        "GX results (JSON) and Data Docs (HTML) either way.",
+        _validate_arguments,
+    ),
+    Subcommand(
+        "train", _cmd_train, "fit a Bradley-Terry reward model on pairs", "Train a reward model on a pair table and save it to --out.",
+        _train_arguments,
+    ),
+    Subcommand(
         "pipeline",
         _cmd_pipeline,
         "run every stage once: collect/ingest, validate, pairs, train, evaluate, gate, register, promote",
@@ -344,23 +419,13 @@ def build_parser() -> argparse.ArgumentParser:
         "challenger) and promote it to champion only when every gate passed. Everything is tracked in MLflow "
         "(MLFLOW_TRACKING_URI, default SQLite under the data folder). Exits 0 when the run completed, also with "
         "verdict rejected or when there were no new traces.",
-    )
-    p.add_argument("--config", default="configs/default.yaml" if Path("configs/default.yaml").exists() else None,
-                   help="YAML config (default: configs/default.yaml when run from the project folder, else the built-in settings)")
-    p.add_argument("--traces", default=None,
-                   help="folder of your own traces (*.jsonl, *.parquet in the artifact schema) to train on instead of the "
-                   "sandbox; a run with no file new since the last run stops early (default: the config's pipeline.traces_dir)")
-    p.add_argument("--out", default=None, help="folder for this run's tables, model and reports (default: a new <data_dir>/runs/<UTC time>-pipeline)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-
-    p = add("demo", _cmd_demo, "run the pipeline on embedded defaults", "Run the whole pipeline on the sandbox and print what happened.")
-    p.add_argument(
-        "--config", default="configs/default.yaml" if Path("configs/default.yaml").exists() else None,
-        help="YAML config (default: configs/default.yaml when run from the project folder, else the built-in settings)",
-    )
-    p.add_argument("--out", default=None, help="output folder (default: <the config's data_dir>/demo)")
-
-    p = add(
+        _pipeline_arguments,
+    ),
+    Subcommand(
+        "demo", _cmd_demo, "run the pipeline on embedded defaults", "Run the whole pipeline on the sandbox and print what happened.",
+        _demo_arguments,
+    ),
+    Subcommand(
         "evaluate",
         _cmd_evaluate,
         "measure a reward model on held-out tasks and show its gate verdict",
@@ -370,16 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
         "of every gate. --model and --champion take a registry URI (models:/orchrm-reward@champion, "
         "models:/orchrm-reward/3, models:/<model id>, runs:/...; the store is MLFLOW_TRACKING_URI, else the "
         "config's registry) or a model file or folder. Nothing is registered: `orchrm pipeline` does that.",
-    )
-    p.add_argument("--model", required=True, help="the model to evaluate: URI or path")
-    p.add_argument("--pairs", required=True, help="pair table (Parquet/JSONL); its test split is the held-out set")
-    p.add_argument("--champion", default=None, help="a second model evaluated on the same pairs and pool (URI or path), for the beats-champion gate")
-    p.add_argument("--pool", default=None, help="a candidate pool saved by CandidatePool.save (default: build it from the config's evaluate section)")
-    p.add_argument("--out", default=None, help="write the report here: metrics.json, one CSV per table, PNG plots")
-    p.add_argument("--config", default=None, help="YAML config (evaluate: and registry: sections)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-    p = add(
+        _evaluate_arguments,
+    ),
+    Subcommand(
         "promote",
         _cmd_promote,
         "make a registered version champion if its gates pass (idempotent)",
@@ -387,25 +445,37 @@ def build_parser() -> argparse.ArgumentParser:
         "run (the configured gates; the champion's metrics of the same run), print the verdict, and move the "
         "alias champion to it when every gate passed. Rerunning on the champion changes nothing. Exits 1 naming "
         "every failed gate when it is rejected; champion then stays where it was.",
-    )
-    p.add_argument("--version", type=positive_int, required=True, help="registered version number (see the MLflow UI or `orchrm pipeline` output)")
-    p.add_argument("--config", default=None, help="YAML config (registry: and evaluate.gates: sections)")
-
-    p = add(
+        _promote_arguments,
+    ),
+    Subcommand(
         "rank",
         _cmd_rank,
         "score candidate plans for a question, best first",
         "Sample --n candidate plans for --question and print them ranked by the reward model's score (higher is "
         "better); nothing is executed. --model takes a registry URI (e.g. models:/orchrm-reward@champion) or a "
         "model file or folder.",
+        _rank_arguments,
+    ),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``orchrm`` parser: one subparser per entry of :data:`SUBCOMMANDS`, each setting ``fn``
+    (the function to run) and ``parser`` (its own, for errors)."""
+    parser = argparse.ArgumentParser(
+        prog="orchrm",
+        description="Train reward models for multi-agent orchestration from the artifacts your system already produces.",
+        epilog="Pipeline: collect (or ingest your own traces) -> validate -> pairs -> validate -> train -> evaluate "
+        "-> gate -> register (alias challenger) -> promote (alias champion); `orchrm pipeline` runs every stage "
+        "once, `orchrm demo` on embedded defaults. Then `orchrm rank --model models:/orchrm-reward@champion ...`, "
+        "or orchrm.load_reward_model(...) from Python. The settings the README's measurements use: --config "
+        "configs/default.yaml.",
     )
-    p.add_argument("--model", required=True, help="URI or path of the reward model")
-    p.add_argument("--question", required=True, help="the task text")
-    p.add_argument("--domain", choices=(*DOMAIN_CHOICES[:-1], "auto"), default="auto", help="the task's domain (default: routed from the text)")
-    p.add_argument("--n", type=positive_int, default=5, help="candidate plans (default: 5)")
-    p.add_argument("--orchestrator", choices=("default", "base", "specialized"), default="default", help="plan sampler (default: default)")
-    p.add_argument("--seed", type=seed_int, default=0, help="sampling seed (default: 0)")
-    p.add_argument("--config", default=None, help="YAML config (registry: section)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in SUBCOMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.description)
+        p.set_defaults(fn=command.run, parser=p)
+        command.arguments(p)
     return parser
 
 
