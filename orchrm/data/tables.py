@@ -7,6 +7,7 @@ crash never leaves half a table behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,20 @@ PAIR_SCHEMA: Mapping[str, tuple[str, str]] = {
     "collection_tokens": ("int", "tokens spent producing the artifacts behind this pair"),
 }
 PAIR_COLUMNS: tuple[str, ...] = tuple(PAIR_SCHEMA)
+#: the pair columns training reads, which :func:`pairs_digest` hashes
+DIGEST_COLUMNS: tuple[str, ...] = ("task_id", "prompt", "chosen", "rejected", "margin", "split")
+
+
+def pairs_digest(df: pd.DataFrame) -> str:
+    """The digest of a pair table: a stable 16-hex hash of :data:`DIGEST_COLUMNS` (values and
+    order of the rows, not the index). The one digest of the pairs: a trained model's manifest
+    (``data_hash``) and the resume check of its checkpoints, the MLflow dataset the pipeline logs
+    and the ``data_digest`` of the registered version."""
+    h = hashlib.sha256()
+    for col in DIGEST_COLUMNS:
+        h.update(col.encode())
+        h.update(pd.util.hash_pandas_object(df[col].reset_index(drop=True), index=False).to_numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def check_output_table(path: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = ()) -> Path:

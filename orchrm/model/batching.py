@@ -9,7 +9,6 @@ uses it. The loss is exactly the per-pair loss, with several times fewer encoder
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -87,16 +86,6 @@ def split_pairs(df: pd.DataFrame, *, val_fraction: float, seed: int, warn: bool 
             is_val = train["task_id"].isin(held)
             train, val = train[~is_val], train[is_val]
     return train.reset_index(drop=True), val.reset_index(drop=True)
-
-
-def data_hash(df: pd.DataFrame) -> str:
-    """Stable 16-hex hash of the columns training reads (for manifests and resume checks)."""
-    cols = ["task_id", "prompt", "chosen", "rejected", "margin", "split"]
-    h = hashlib.sha256()
-    for col in cols:
-        h.update(col.encode())
-        h.update(pd.util.hash_pandas_object(df[col].reset_index(drop=True), index=False).to_numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)

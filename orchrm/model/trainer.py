@@ -42,10 +42,10 @@ from torch import Tensor, nn
 
 from orchrm.config import ModelConfig, TrainConfig
 from orchrm.data.pair_reader import PairSource
+from orchrm.data.tables import pairs_digest
 from orchrm.errors import ConfigError, TrainingError
 from orchrm.model.batching import (
     PairIndex,
-    data_hash,
     split_pairs,
     step_inputs,
     task_batches,
@@ -437,7 +437,7 @@ class Trainer:
             )
         frame = training_pairs(pairs)
         train_df, val_df = split_pairs(frame, val_fraction=cfg.val_fraction, seed=cfg.seed, warn=dist.main)
-        fingerprint = data_hash(frame)
+        fingerprint = pairs_digest(frame)
         checkpoints = Checkpoints(self.checkpoint_dir)
         state = checkpoints.start(model, resume=resume, fingerprint=fingerprint, cfg=cfg, world=dist.world, main=dist.main)
         if not model.fitted:

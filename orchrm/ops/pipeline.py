@@ -451,7 +451,7 @@ def reevaluate_champion(
 def champion_pairs(config: PipelineConfig, version: int) -> Pairs:
     """The pair table of the pipeline run that registered ``version`` (its held-out split is what
     the pairwise figures are measured on); the run's folder is a tag of its MLflow parent run."""
-    from orchrm.data.tables import read_table
+    from orchrm.data.tables import pairs_digest, read_table
     from orchrm.ops import registry
 
     client = _client(config)
@@ -466,7 +466,7 @@ def champion_pairs(config: PipelineConfig, version: int) -> Pairs:
         )
     df = read_table(path)
     splits = {str(k): int(v) for k, v in df.split.value_counts().sort_index().items()}
-    return Pairs(path=path, rows=len(df), splits=splits, digest="", run_id=run_id)
+    return Pairs(path=path, rows=len(df), splits=splits, digest=pairs_digest(df), run_id=run_id)
 
 
 def weekly_seed(config: PipelineConfig, when: datetime | None = None) -> int:

@@ -83,7 +83,8 @@ class Validated:
 
 @dataclass(frozen=True)
 class Pairs:
-    """A pair table on disk, its pair counts per split and its MLflow dataset digest."""
+    """A pair table on disk, its pair counts per split and its digest (:func:`orchrm.data.tables.pairs_digest`:
+    the MLflow dataset's, and the data hash of a model trained on it)."""
 
     path: Path
     rows: int

@@ -351,12 +351,16 @@ class MlflowCallback(TrainCallback):
 
 def log_pairs_dataset(pairs: pd.DataFrame, *, run_id: str, source: str, name: str = "pairs", context: str = "training") -> str:
     """Log the pair table as an ``mlflow.data`` dataset input of ``run_id`` (schema, profile,
-    ``source`` = where the table lives); returns its digest."""
+    ``source`` = where the table lives) whose digest is :func:`orchrm.data.tables.pairs_digest`,
+    the ``data_hash`` of a model trained on it, and tag the run with it (``orchrm.data_digest``);
+    returns the digest."""
     import mlflow.data
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    dataset = mlflow.data.from_pandas(pairs, source=source, name=name)
+    from orchrm.data.tables import pairs_digest
+
+    dataset = mlflow.data.from_pandas(pairs, source=source, name=name, digest=pairs_digest(pairs))
     uri = mlflow.get_tracking_uri()
     c = client(uri)
     entity = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])

@@ -60,6 +60,25 @@ def test_a_run_trains_registers_and_promotes_the_first_candidate(store):
     assert "epoch.train_loss" in train.data.metrics  # logged by the training subprocess
 
 
+def test_the_pairs_carry_one_digest_from_the_pair_table_to_the_registered_version(store):
+    """The model's manifest, the training run, the pairs' MLflow dataset and the registered version
+    name the pairs by the same digest: the one of the pair table the run wrote."""
+    from orchrm.data.tables import pairs_digest, read_table
+    from orchrm.model.reward_model import BradleyTerryModel
+
+    path, result = store
+    cfg = load_config(path)
+    digest = result.pairs.digest
+    assert digest == pairs_digest(read_table(result.pairs.path))
+    assert BradleyTerryModel.load(result.model.model_path).manifest["data_hash"] == digest
+    c = MlflowClient(tracking_uri=tracking.tracking_uri(cfg))
+    pairs_run = c.get_run(result.pairs.run_id)
+    (dataset,) = [d.dataset for d in pairs_run.inputs.dataset_inputs]
+    assert dataset.digest == pairs_run.data.tags["orchrm.data_digest"] == digest
+    assert c.get_run(result.model.run_id).data.tags["orchrm.data_hash"] == digest
+    assert registry.version_info(result.registered.version, config=cfg)["tags"]["data_digest"] == digest
+
+
 def test_every_run_publishes_the_report_and_a_link_to_the_mlflow_run(store):
     _, result = store
     (report,) = [a for a in _artifacts("orchrm-pipeline-report") if result.status in (a.description or "")][:1]

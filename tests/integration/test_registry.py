@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from orchrm.config import PipelineConfig
+from orchrm.data.tables import pairs_digest
 from orchrm.errors import ModelFileError, PromotionRejected, RegistryError
 from orchrm.evaluation.gates import GateResult, Verdict
 from orchrm.ops import registry, tracking
@@ -175,6 +176,8 @@ def test_pairs_are_an_mlflow_dataset_with_their_digest(store):
     assert ds.name == "pairs" and ds.digest == store.digest
     assert set(json.loads(ds.schema)["mlflow_colspec"][0]) >= {"name", "type"}
     assert run.data.tags["orchrm.data_digest"] == store.digest
+    # the digest of the pair table, the one the trained model's manifest holds
+    assert store.digest == pairs_digest(store.pairs) == store.good.manifest["data_hash"]
 
 
 # --------------------------------------------------------------------------------------------

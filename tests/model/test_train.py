@@ -17,10 +17,10 @@ from orchrm import BradleyTerryModel, Trainer
 from orchrm.cli import main as cli_main
 from orchrm.config import ModelConfig, TrainConfig
 from orchrm.data.pair_reader import read_pairs, task_id_of, task_text
-from orchrm.data.tables import write_table
+from orchrm.data.tables import pairs_digest, write_table
 from orchrm.data.validation import validate_files
 from orchrm.errors import ConfigError, TraceSchemaError, TrainingError
-from orchrm.model.batching import data_hash, training_pairs
+from orchrm.model.batching import training_pairs
 from orchrm.model.reward_model import ModelFile
 from orchrm.model.trainer import LAST_CHECKPOINT, TrainCallback, TrainResult, fit
 
@@ -467,11 +467,11 @@ def test_validate_and_train_read_a_pair_file_the_same_way(fmt, small_pairs, tiny
 
     result = fit(path, ModelConfig(**tiny_model_kwargs), TrainConfig(epochs=1, batch_size=16, lr=3e-3), progress=False)
     # the data hash covers each row's task_id, prompt, chosen, rejected, margin and split
-    assert result.data_hash == data_hash(read)
+    assert result.data_hash == pairs_digest(read)
     assert result.train_pairs == (read["split"] == "train").sum()
     assert result.model.manifest["train_tasks"] == read.loc[read["split"] == "train", "task_id"].nunique()
     # Trainer.train(pairs=<row dicts>) reads them the same way too
-    assert data_hash(training_pairs(foreign.to_dict("records"))) == result.data_hash
+    assert pairs_digest(training_pairs(foreign.to_dict("records"))) == result.data_hash
 
 
 def test_bad_trainer_settings_name_the_field(tiny_model_kwargs):
