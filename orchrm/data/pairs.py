@@ -59,16 +59,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 
-from orchrm.config import PairsConfig, format_validation_errors
+from orchrm.config import PairsConfig, with_overrides
 from orchrm.data.ingest import task_problems
 from orchrm.data.pair_engine import ArtifactCodes, combine_codes, within_group_pairs
 from orchrm.data.pair_reader import read_pairs
 from orchrm.data.pair_table import SOURCE_NAMES, SOURCES, empty_pairs, materialise, pair_ids
 from orchrm.data.splits import assign_split
 from orchrm.data.tables import non_boolean_rows
-from orchrm.errors import ConfigError, TraceSchemaError
+from orchrm.errors import TraceSchemaError
 from orchrm.model.texts import functional_role
 
 __all__ = [
@@ -251,13 +250,10 @@ class PairwiseComparator:
             "val_fraction": val_fraction,
             "test_fraction": test_fraction,
         }
-        data = base.model_dump() | {k: v for k, v in update.items() if v is not None}
+        changes = {k: v for k, v in update.items() if v is not None}
         if not isinstance(max_pairs_per_task, _Unset):  # None is a value here: no cap
-            data["max_pairs_per_task"] = max_pairs_per_task
-        try:
-            self.config = PairsConfig.model_validate(data)
-        except ValidationError as exc:
-            raise ConfigError(format_validation_errors(exc, "PairwiseComparator(...)")) from None
+            changes["max_pairs_per_task"] = max_pairs_per_task
+        self.config = with_overrides(base, changes, origin="PairwiseComparator(...)")
         self.quality_fn = quality_fn
         self.last_stats = PairStats()
 
