@@ -140,6 +140,42 @@ class PlanHeuristic(Protocol):
     def score(self, features: Mapping[str, float], plan: Plan) -> float: ...
 
 
+#: what :func:`plan_cost` charges a WebSearch node, in reasoning runs: a search costs a fifth to a
+#: quarter of the chain of thought that reads its results, in every built-in domain (the sandbox
+#: counts 100-230 tokens for a WebSearch and 560-930 for the CoT that reads its results)
+SEARCH_RUNS = 0.3
+#: what :func:`plan_cost` charges a large-tier node per run, against 1 for the small tier (the
+#: sandbox's default price ratio, ``TierConfig.cost_weight``)
+LARGE_TIER_WEIGHT = 5.0
+
+
+def plan_cost(plan: Plan) -> float:
+    """The rough cost of ``plan`` from its text alone, the cost term every domain's heuristic
+    charges: its reasoning runs (1 per CoT, ``k`` SelfConsistency samples, debaters times 1 +
+    rounds, 1 + Reflexion iterations; :data:`SEARCH_RUNS` per WebSearch), each weighted
+    :data:`LARGE_TIER_WEIGHT` on the large tier.
+
+    >>> from orchrm.plans import Plan
+    >>> plan_cost(Plan.parse('<agent id="s" type="WebSearch" queries="1" top_k="3"/>'
+    ...                      '<agent id="a" type="SelfConsistency" model="large" k="3"/><edge from="s" to="a"/>'))
+    15.3
+    """
+    cost = 0.0
+    for n in plan.nodes:
+        if n.agent == "SelfConsistency":
+            runs = float(n.int_param("k"))
+        elif n.agent == "Debate":
+            runs = float(n.int_param("agents") * (1 + n.int_param("rounds")))
+        elif n.agent == "Reflexion":
+            runs = float(1 + n.int_param("iterations"))
+        elif n.agent == "WebSearch":
+            runs = SEARCH_RUNS
+        else:
+            runs = 1.0
+        cost += (LARGE_TIER_WEIGHT if n.model == "large" else 1.0) * runs
+    return cost
+
+
 @dataclass(frozen=True)
 class DomainHeuristic:
     """A :class:`PlanHeuristic` made of two plain functions (how the built-in domains declare
