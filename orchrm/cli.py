@@ -79,7 +79,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _cmd_pairs(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
-    from orchrm.data.pairs import build_pairs_file
+    from orchrm.data.pair_files import build_pairs_file
 
     cfg = load_config(args.config)
     pairs = build_pairs_file(args.artifacts, args.out, config=cfg.pairs)

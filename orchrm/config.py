@@ -11,21 +11,19 @@ One section per stage, nested in :class:`PipelineConfig`; unknown keys are rejec
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from orchrm.errors import ConfigError
 from orchrm.execution.sandbox.config import NoiseConfig
+from orchrm.util.frozen import FrozenConfig
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CollectConfig(_Frozen):
+class CollectConfig(FrozenConfig):
     """Artifact collection: which tasks, how many candidate plans each, which samplers."""
 
     domains: tuple[str, ...] = ("math", "code", "multihop", "webqa")
@@ -67,7 +65,7 @@ class CollectConfig(_Frozen):
         return self.sources.get(domain, "builtin")
 
 
-class PairsConfig(_Frozen):
+class PairsConfig(FrozenConfig):
     """Pair building (DESIGN §5); every field is read by :class:`orchrm.data.pairs.PairwiseComparator`.
 
     A source is built when it is listed in ``sources`` *and* its granularity is in
@@ -117,7 +115,7 @@ class PairsConfig(_Frozen):
         return self
 
 
-class ModelConfig(_Frozen):
+class ModelConfig(FrozenConfig):
     """Reward model architecture (DESIGN §6); the fields of :class:`orchrm.model.reward_model.BradleyTerryModel`.
 
     ``encoder`` is ``scratch`` (a BERT built from this config, with a WordPiece tokenizer trained on
@@ -171,7 +169,7 @@ class ModelConfig(_Frozen):
         return self.max_prompt_length if self.max_prompt_length is not None else self.max_length // 2
 
 
-class TrainConfig(_Frozen):
+class TrainConfig(FrozenConfig):
     """Trainer settings (DESIGN §6); the fields of :class:`orchrm.model.trainer.Trainer`."""
 
     #: pairs per optimiser step (per process under torchrun); batches are grouped by task so each
@@ -214,7 +212,7 @@ class TrainConfig(_Frozen):
     seed: int = Field(0, ge=0)
 
 
-class GatesConfig(_Frozen):
+class GatesConfig(FrozenConfig):
     """Promotion gates (DESIGN §7): a candidate becomes ``champion`` only when every enabled gate
     passes. Each default protects against one way a model can look good and be useless. The
     best-of-N gates read the expected quality of each selector's pick where the pool measured it
@@ -239,7 +237,7 @@ class GatesConfig(_Frozen):
     champion_margin: float = Field(0.0, ge=0.0, le=1.0)
 
 
-class EvaluateConfig(_Frozen):
+class EvaluateConfig(FrozenConfig):
     """Held-out evaluation (DESIGN §7): fresh tasks from ``seed`` (never the collection seed),
     ``candidates`` plans each, every candidate executed once per pool seed and re-run ``repeats``
     times for its expected quality."""
@@ -278,7 +276,7 @@ class EvaluateConfig(_Frozen):
         return self
 
 
-class RegistryConfig(_Frozen):
+class RegistryConfig(FrozenConfig):
     """MLflow tracking and the model registry (DESIGN §8). ``MLFLOW_TRACKING_URI`` overrides
     ``tracking_uri``; without either the store is SQLite under ``data_dir``."""
 
@@ -287,7 +285,7 @@ class RegistryConfig(_Frozen):
     model_name: str = "orchrm-reward"
 
 
-class RunConfig(_Frozen):
+class RunConfig(FrozenConfig):
     """How :func:`orchrm.ops.pipeline.run_pipeline` runs its stages: where new traces arrive, how
     training is launched, and the Prefect task runner of the flows in ``flows/``."""
 
@@ -310,7 +308,7 @@ class RunConfig(_Frozen):
     retry_delay_s: float = Field(10.0, ge=0)
 
 
-class PipelineConfig(_Frozen):
+class PipelineConfig(FrozenConfig):
     """The whole pipeline. ``data_dir`` holds run data (tables, models, tracking store)."""
 
     data_dir: str = ".orchrm"
@@ -338,25 +336,46 @@ class PipelineConfig(_Frozen):
         return Path(self.data_dir).expanduser().joinpath(*parts)
 
 
+def settings_error(origin: str, problems: Sequence[tuple[str, str]]) -> ConfigError:
+    """The :class:`ConfigError` of bad settings, worded as every settings check words it: a
+    first line naming where the values came from (``origin``), then one ``field: problem`` line
+    per problem.
+
+    >>> print(settings_error("Trainer(...)", [("lr", "Input should be greater than 0")]))
+    invalid configuration in Trainer(...):
+      lr: Input should be greater than 0
+    """
+    return ConfigError("\n".join([f"invalid configuration in {origin}:", *(f"  {where}: {msg}" for where, msg in problems)]))
+
+
 def format_validation_errors(exc: ValidationError, origin: str) -> str:
     """A pydantic error as one line per bad field, for :class:`ConfigError` (``origin``: where the values came from)."""
-    lines = [f"invalid configuration in {origin}:"]
+    problems = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown field (check the spelling; see orchrm/config.py for the fields)"
-        lines.append(f"  {where}: {msg}")
-    return "\n".join(lines)
+        problems.append((where, msg))
+    return str(settings_error(origin, problems))
 
 
-def with_overrides(section: BaseModel, changes: dict[str, Any], *, origin: str = "the command line") -> Any:
+def with_overrides(section: BaseModel, changes: Mapping[str, Any], *, origin: str = "the command line") -> Any:
     """``section`` (a config section) with ``changes`` applied and the whole validated again
-    (``model_copy(update=...)`` would skip validation); ConfigError names each bad field."""
+    (``model_copy(update=...)`` would skip validation); ConfigError names each bad field.
+
+    The one way settings given beside a config are checked: the command line, the keyword
+    arguments of :class:`~orchrm.model.reward_model.BradleyTerryModel`,
+    :class:`~orchrm.model.trainer.Trainer` and :class:`~orchrm.data.pairs.PairwiseComparator`
+    all come through here (``origin`` says which, e.g. ``"Trainer(...)"``).
+
+    >>> with_overrides(TrainConfig(), {"epochs": 3}).epochs
+    3
+    """
     if not changes:
         return section
     try:
-        return type(section).model_validate(section.model_dump() | changes)
+        return type(section).model_validate(section.model_dump() | dict(changes))
     except ValidationError as exc:
         raise ConfigError(format_validation_errors(exc, origin)) from None
 

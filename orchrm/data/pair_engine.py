@@ -1,8 +1,9 @@
 """The integer-code engine behind pair building: the artifact table as numpy codes.
 
-Every text (task, plan, node line, prefix) becomes a dense integer code once; the comparator
-(:mod:`orchrm.data.pairs`) then enumerates, filters and deduplicates candidate pairs on those codes
-with ``np.repeat`` arithmetic, never with a Python double loop (DESIGN §5). Lists of varying
+Every text (task, plan, and the node lines, prefixes and sub-plans :mod:`orchrm.model.texts`
+parses a plan into) becomes a dense integer code once; the comparator (:mod:`orchrm.data.pairs`)
+then enumerates, filters and deduplicates candidate pairs on those codes with ``np.repeat``
+arithmetic, never with a Python double loop (DESIGN §5). Lists of varying
 length per row (a group's members, a node's ancestors) are stored flat; :func:`ragged_arange` is
 the one piece of index arithmetic that walks them.
 """
@@ -16,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchrm.errors import PlanError, TraceSchemaError
-from orchrm.plans import Plan, PlanNode
+from orchrm.errors import TraceSchemaError
+from orchrm.model.texts import NodeInfo, plan_nodes
 
 logger = logging.getLogger("orchrm.data.pairs")
 
@@ -99,81 +100,6 @@ def column(df: pd.DataFrame, name: str, default: Any) -> pd.Series:
     return pd.Series([default] * len(df), index=df.index, dtype=object)
 
 
-# plan structure ------------------------------------------------------------------------------
-def functional_role(agent: str) -> str:
-    """The role of a node without a ``role`` attribute: ``retrieval`` (WebSearch, whose quality is
-    recall of the gold documents) or ``reasoning`` (every agent that writes an answer). Two
-    reasoning nodes at the same state answer the same question, whatever their agent type, so
-    they are comparable: a depth-0 SelfConsistency against a depth-0 CoT of another plan."""
-    return "retrieval" if agent == "WebSearch" else "reasoning"
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What the pairs need of one node of one plan (parsed once per distinct plan text)."""
-
-    node_id: str
-    agent: str
-    role: str
-    depth: int
-    line: str  # the node's own canonical <agent .../> line
-    prefix: str  # rendered ancestors (nodes then edges among them); "" at depth 0
-    ancestors: tuple[str, ...]
-    subplan: str  # the node and its ancestors as a plan of their own (canonical, ids renumbered)
-
-
-def plan_nodes(text: str) -> tuple[NodeInfo, ...] | None:
-    """Node infos of a plan text, or None when the text is not a parseable plan (ingested traces
-    may carry a free-form plan description: those artifacts only enter plan-level pairs)."""
-    try:
-        plan = Plan.parse(text)
-    except PlanError:
-        return None
-    depth = plan.depths()
-    ancestors: dict[str, set[str]] = {}
-    for n in plan.nodes:  # topological order
-        acc: set[str] = set()
-        for p in plan.parents(n.id):
-            acc |= ancestors[p] | {p}
-        ancestors[n.id] = acc
-    out = []
-    for n in plan.nodes:
-        anc = ancestors[n.id]
-        lines = [m.render() for m in plan.nodes if m.id in anc]
-        lines += [e.render() for e in plan.edges if e.source in anc and e.target in anc]
-        out.append(
-            NodeInfo(
-                node_id=n.id,
-                agent=n.agent,
-                role=n.role or functional_role(n.agent),
-                depth=depth[n.id],
-                line=n.render(),
-                prefix="\n".join(lines),
-                ancestors=tuple(m.id for m in plan.nodes if m.id in anc),
-                subplan=subplan_text(plan, n.id, anc),
-            )
-        )
-    return tuple(out)
-
-
-def subplan_text(plan: Plan, node_id: str, ancestors: set[str]) -> str:
-    """``node_id`` and its ``ancestors`` as a plan of their own, rendered canonically with ids
-    renumbered ``a1, a2, ...`` in the plan's order: the plan prefix that produced the node's
-    artifact, as a plan scorer reads plans (the same steps read the same, whatever ids the full
-    plan gave them). A sink's sub-plan is its whole plan.
-
-    >>> p = Plan.parse('<agent id="s" type="WebSearch" queries="1" top_k="2"/>'
-    ...                '<agent id="r" type="CoT" model="small"/><agent id="v" type="Debate" model="small" agents="2" rounds="1"/>'
-    ...                '<edge from="s" to="v"/><edge from="r" to="v"/>')
-    >>> subplan_text(p, "r", set())
-    '<agent id="a1" type="CoT" model="small"/>'
-    """
-    keep = [m for m in plan.nodes if m.id in ancestors or m.id == node_id]
-    rename = {m.id: f"a{i + 1}" for i, m in enumerate(keep)}
-    edges = [(rename[e.source], rename[e.target]) for e in plan.edges if e.source in rename and e.target in rename]
-    return Plan.build([PlanNode(rename[m.id], m.agent, dict(m.params)) for m in keep], edges, tiers=plan.tiers).render()
-
-
 # the codes -----------------------------------------------------------------------------------
 @dataclass
 class PlanGroups:
@@ -206,7 +132,7 @@ class ArtifactCodes:
     """The artifact table as integer codes, plus parsed plan structure per distinct plan.
 
     Arrays named ``info_*`` have one entry per *node-info row*: one node of one distinct plan
-    text (:class:`NodeInfo`). Text keys of plan texts are the plan codes ``0 .. len(plans)-1``;
+    text (:class:`~orchrm.model.texts.NodeInfo`). Text keys of plan texts are the plan codes ``0 .. len(plans)-1``;
     :meth:`action_keys` offsets node action keys past them.
     """
 
@@ -228,7 +154,7 @@ class ArtifactCodes:
     info_line: np.ndarray  # node-info row -> code of the node's own <agent .../> line
     lines: np.ndarray  # line code -> text
     prefixes: np.ndarray  # prefix code -> text
-    #: node-info row -> text key of its sub-plan (:func:`subplan_text`), in the plan-text key
+    #: node-info row -> text key of its sub-plan (:attr:`NodeInfo.subplan`), in the plan-text key
     #: space: a sub-plan equal to a plan text has that plan's key
     info_subplan: np.ndarray
     texts: np.ndarray  # text key -> text, plan texts then sub-plans that are no plan text

@@ -8,6 +8,7 @@ import os
 import pandas as pd
 
 from orchrm.config import PairsConfig
+from orchrm.data.pairs import build_pairs
 from orchrm.data.tables import check_output_table, read_table, write_table
 from orchrm.errors import TraceSchemaError
 
@@ -18,10 +19,6 @@ def build_pairs_file(artifacts_path: str | os.PathLike, out_path: str | os.PathL
     """Read an artifact table, build its pairs and write them atomically (Parquet or JSONL);
     returns the pair table. An artifact table without rows, or an output that cannot be written
     (the input itself, say), is refused before any work."""
-    from orchrm.data.pairs import (
-        build_pairs,  # pairs re-exports this job: imported here, not at load
-    )
-
     check_output_table(out_path, inputs=[artifacts_path])
     artifacts = read_table(artifacts_path)
     if artifacts.empty:

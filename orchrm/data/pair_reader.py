@@ -25,6 +25,7 @@ from orchrm.data.pair_table import empty_pairs, pair_ids
 from orchrm.data.splits import assign_split
 from orchrm.data.tables import PAIR_COLUMNS, read_table
 from orchrm.errors import TraceSchemaError
+from orchrm.model.texts import task_text
 
 logger = logging.getLogger("orchrm.data.pairs")
 
@@ -36,26 +37,12 @@ DEFAULT_DOMAIN = "custom"
 #: what :func:`read_pairs` takes: a table, row dicts, or a Parquet / JSONL path
 PairSource = pd.DataFrame | Sequence[Mapping[str, Any]] | str | os.PathLike
 
-_PLAN_LINE = ("<agent ", "<edge ")
-
-
-def task_text(prompt: str) -> str:
-    """The task part of a prompt: the prompt without its trailing plan-prefix lines (and trailing
-    whitespace). A node pair's prompt is the question plus the plan prefix it was compared at
-    (DESIGN §3); its task is the question's.
-
-    >>> task_text('What is 2 + 2?\\n<agent id="a1" type="CoT" model="small"/>')
-    'What is 2 + 2?'
-    """
-    lines = prompt.split("\n")
-    while len(lines) > 1 and lines[-1].lstrip().startswith(_PLAN_LINE):
-        lines.pop()
-    return "\n".join(lines).rstrip()
-
 
 def task_id_of(prompt: str) -> str:
-    """The task id of a pair that has none: a stable hash of its prompt's :func:`task_text`, so
-    every pair about one question shares a task (and so a split)."""
+    """The task id of a pair that has none: a stable hash of its prompt's question
+    (:func:`orchrm.model.texts.task_text`: a node pair's prompt is the question plus the plan
+    prefix it was compared at, DESIGN §3), so every pair about one question shares a task (and
+    so a split)."""
     return "task-" + hashlib.blake2b(task_text(prompt).encode("utf-8"), digest_size=6).hexdigest()
 
 

@@ -1,13 +1,14 @@
 """The pair table (DESIGN §3): its sources, its stable ids, and the step from codes to texts.
 
 The comparator (:mod:`orchrm.data.pairs`) selects pairs as integer codes; :func:`materialise` turns the
-kept ones into rows of :data:`orchrm.data.ingest.PAIR_COLUMNS` (prompt, action texts, ids, split).
+kept ones into rows of :data:`orchrm.data.tables.PAIR_COLUMNS` (prompt, action texts, ids, split);
+the texts are built by :mod:`orchrm.model.texts`, as serving builds them.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from orchrm.config import PairsConfig
 from orchrm.data.pair_engine import ArtifactCodes
 from orchrm.data.splits import assign_split
 from orchrm.data.tables import PAIR_COLUMNS
+from orchrm.model.texts import node_action, node_prompt, plan_prompt
 
 #: source -> granularity
 SOURCES: Mapping[str, str] = {
@@ -31,6 +33,14 @@ def empty_pairs() -> pd.DataFrame:
     """A pair table with every column and no rows."""
     dtypes = {"margin": "float64", "collection_tokens": "int64"}
     return pd.DataFrame({c: pd.Series(dtype=dtypes.get(c, object)) for c in PAIR_COLUMNS})
+
+
+def _objects(texts: Iterable[str]) -> np.ndarray:
+    """A 1-D object array of ``texts`` (numpy would otherwise make fixed-width strings)."""
+    out = list(texts)
+    arr = np.empty(len(out), dtype=object)
+    arr[:] = out
+    return arr
 
 
 def pair_ids(task_id: Sequence[str], granularity: Sequence[str], source: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]) -> list[str]:
@@ -55,16 +65,15 @@ def materialise(art: ArtifactCodes, c: Mapping[str, np.ndarray], cfg: PairsConfi
     node = granularity == "node"
     task_ids = art.task_ids[c["task"]]
     question = art.questions[c["task"]]
-    # prompt: the question, plus "\n" + the rendered ancestor prefix for node pairs past depth 0
-    # (plan-prefix actions carry their prefix themselves: their prompt is the question)
+    # the texts are those of orchrm.model.texts, the ones serving scores with: plan pairs and
+    # plan-prefix actions read the question alone, node pairs the question and the node's prefix
     as_plans = cfg.intermediate_action == "plan_prefix"
-    prefix_code = np.full(len(node), -1, dtype=np.int64)
-    if not as_plans:
-        prefix_code[node] = art.info_prefix[art.info[c["chosen"][node]]]
-    has_prefix = prefix_code >= 0
-    prompt = question.copy()
-    if has_prefix.any():
-        prompt[has_prefix] = question[has_prefix] + "\n" + art.prefixes[prefix_code[has_prefix]]
+    with_prefix = node & (not as_plans)
+    prefix = np.full(len(node), "", dtype=object)
+    if with_prefix.any():
+        code = art.info_prefix[art.info[c["chosen"][with_prefix]]]
+        prefix[with_prefix] = np.where(code >= 0, art.prefixes[code], "")
+    prompt = _objects(node_prompt(q, p) if n else plan_prompt(q) for q, p, n in zip(question, prefix, with_prefix, strict=True))
     content = art.df["content"]
 
     def text(rows: np.ndarray) -> np.ndarray:
@@ -74,7 +83,8 @@ def materialise(art: ArtifactCodes, c: Mapping[str, np.ndarray], cfg: PairsConfi
             if as_plans:
                 out[node] = art.texts[art.info_subplan[art.info[r]]]
             else:
-                out[node] = art.lines[art.info_line[art.info[r]]] + "\n" + content.iloc[r].astype(str).to_numpy(dtype=object)
+                lines = art.lines[art.info_line[art.info[r]]]
+                out[node] = _objects(map(node_action, lines, content.iloc[r].astype(str)))
         return out
 
     artifact_ids = art.df["artifact_id"]

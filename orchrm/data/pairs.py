@@ -14,7 +14,7 @@ Three sources, all comparing artifacts **of one task only**:
   action is the node's own ``<agent .../>`` line, a newline, and the artifact's ``content``. Only a
   plan prefix has to run to get such a pair: no rollout needs finishing. With
   ``intermediate_action="plan_prefix"`` the prompt is the question and each action is the node
-  with its ancestors as a plan of their own (:func:`orchrm.data.pair_engine.subplan_text`), the text a
+  with its ancestors as a plan of their own (:func:`orchrm.model.texts.subplan_text`), the text a
   plan scorer reads; a sub-plan run several times on a task counts once, with its mean quality.
   ``orchrm.execution.collect.collect(mode="branch")`` runs many alternatives per shared prefix for them.
 - ``specialized-over-base`` (granularity ``plan``): a plan of the specialized sampler over a plan of
@@ -40,7 +40,9 @@ This module is the comparator; the work is split by purpose: :mod:`orchrm.data.p
 artifact table as integer codes: candidate pairs are enumerated with ``np.repeat`` arithmetic,
 never with a Python double loop), :mod:`orchrm.data.pair_table` (codes to rows, pair ids),
 :mod:`orchrm.data.splits` (:func:`assign_split`), :mod:`orchrm.data.pair_reader` (:func:`read_pairs`, the
-one reader of pair files) and :mod:`orchrm.data.pair_files` (:func:`build_pairs_file`, ``orchrm pairs``).
+one reader of pair files) and :mod:`orchrm.data.pair_files` (:func:`build_pairs_file`, ``orchrm pairs``,
+which imports this module, never the other way). Every prompt and action text comes from
+:mod:`orchrm.model.texts`, the module serving builds its texts with.
 
 >>> from orchrm.data.pairs import PairwiseComparator  # doctest: +SKIP
 >>> pairs = PairwiseComparator(min_margin=0.1, max_pairs_per_task=64, seed=0).build_pairs(artifacts)  # doctest: +SKIP
@@ -57,22 +59,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 
-from orchrm.config import PairsConfig, format_validation_errors
+from orchrm.config import PairsConfig, with_overrides
 from orchrm.data.ingest import task_problems
-from orchrm.data.pair_engine import (
-    ArtifactCodes,
-    combine_codes,
-    functional_role,
-    within_group_pairs,
-)
-from orchrm.data.pair_files import build_pairs_file
+from orchrm.data.pair_engine import ArtifactCodes, combine_codes, within_group_pairs
 from orchrm.data.pair_reader import read_pairs
 from orchrm.data.pair_table import SOURCE_NAMES, SOURCES, empty_pairs, materialise, pair_ids
 from orchrm.data.splits import assign_split
 from orchrm.data.tables import non_boolean_rows
-from orchrm.errors import ConfigError, TraceSchemaError
+from orchrm.errors import TraceSchemaError
+from orchrm.model.texts import functional_role
 
 __all__ = [
     "MARGIN_SLACK",
@@ -83,7 +79,6 @@ __all__ = [
     "as_artifact_frame",
     "assign_split",
     "build_pairs",
-    "build_pairs_file",
     "empty_pairs",
     "functional_role",
     "pair_ids",
@@ -255,13 +250,10 @@ class PairwiseComparator:
             "val_fraction": val_fraction,
             "test_fraction": test_fraction,
         }
-        data = base.model_dump() | {k: v for k, v in update.items() if v is not None}
+        changes = {k: v for k, v in update.items() if v is not None}
         if not isinstance(max_pairs_per_task, _Unset):  # None is a value here: no cap
-            data["max_pairs_per_task"] = max_pairs_per_task
-        try:
-            self.config = PairsConfig.model_validate(data)
-        except ValidationError as exc:
-            raise ConfigError(format_validation_errors(exc, "PairwiseComparator(...)")) from None
+            changes["max_pairs_per_task"] = max_pairs_per_task
+        self.config = with_overrides(base, changes, origin="PairwiseComparator(...)")
         self.quality_fn = quality_fn
         self.last_stats = PairStats()
 
@@ -277,7 +269,7 @@ class PairwiseComparator:
 
     # ------------------------------------------------------------------------------------------
     def build_pairs(self, artifacts: Any) -> pd.DataFrame:
-        """The pair table (columns :data:`orchrm.data.ingest.PAIR_COLUMNS`, one row per pair, sorted by
+        """The pair table (columns :data:`orchrm.data.tables.PAIR_COLUMNS`, one row per pair, sorted by
         task) from an artifact table, a PlanRun-like object or a list of artifact dicts."""
         df = as_artifact_frame(artifacts)
         need = list(REQUIRED_COLUMNS) + ([] if self.quality_fn is not None else ["quality"])

@@ -3,8 +3,6 @@
 - rule-based scorers per domain: :func:`numeric_match` (math), :func:`pass_rate` (code: the
   fraction of hidden unit tests passed, computed by the sandbox's real execution),
   :func:`exact_match` and :func:`token_f1` with SQuAD normalisation (webqa, multihop);
-- :func:`composite`: correctness minus a cost penalty, for users who want cheap plans to win
-  (``quality_fn=lambda a: composite(a["quality"], a["cost"])``);
 - :class:`LLMJudge`: a hook for an LLM (or any callable) that grades an artifact.
 
 A *quality function* is any callable ``artifact -> float`` where ``artifact`` is a row of the
@@ -98,14 +96,6 @@ def pass_rate(passed: int, total: int) -> float:
     if passed < 0 or total < 0 or passed > total:
         raise ValueError(f"pass_rate({passed}, {total}): passed tests must be between 0 and the total")
     return passed / total if total > 0 else 0.0
-
-
-def composite(correctness: float, cost: float, *, lam: float = 0.1, cost_scale: float = 10_000.0) -> float:
-    """``correctness - lam * cost / cost_scale``, clipped to [0, 1]: with the defaults, 10k
-    tier-weighted tokens cost 0.1 of quality."""
-    if math.isnan(correctness) or math.isnan(cost):
-        raise ValueError("composite quality of NaN is undefined")
-    return min(1.0, max(0.0, correctness - lam * cost / cost_scale))
 
 
 class LLMJudge:

@@ -22,9 +22,10 @@ from orchrm.evaluation.selectors import (
     best_of_n_picks,
     best_of_n_table,
     gap_closed_table,
-    pool_scoring_tokens,
     scoring_latency,
 )
+from orchrm.model.scoring import scoring_tokens
+from orchrm.model.texts import plan_prompt
 
 # ---------------------------------------------------------------------------------------------
 # evaluate
@@ -60,9 +61,10 @@ def _model_results(model: Any, pairs: pd.DataFrame, pool: CandidatePool, config:
     else:
         pw = pairwise_metrics(model, pairs, bootstrap=config.bootstrap, seed=config.seed, bins=config.calibration_bins)
     frame = pool.frame
-    score_tokens, prompt_tokens = pool_scoring_tokens(model, frame)
-    frame = frame.assign(reward=score_texts(model, frame["question"], frame["plan_text"]),
-                         score_tokens=score_tokens, score_prompt_tokens=prompt_tokens)
+    prompts = [plan_prompt(q) for q in frame["question"]]
+    read = scoring_tokens(model, prompts, frame["plan_text"])
+    frame = frame.assign(reward=score_texts(model, prompts, frame["plan_text"]),
+                         score_tokens=read.per_action, score_prompt_tokens=read.per_prompt)
     picks = pd.concat([best_of_n_picks(frame, n).assign(N=n) for n in ns], ignore_index=True)
     table = best_of_n_table(picks, bootstrap=config.bootstrap, seed=config.seed)
     gaps = gap_closed_table(picks, bootstrap=config.bootstrap, seed=config.seed)
@@ -96,7 +98,8 @@ def evaluate(
     Empty ``pairs`` leave the pairwise metrics out (the ``pairwise_accuracy`` gate then fails).
 
     ``model``: a :class:`orchrm.model.reward_model.BradleyTerryModel` or any object with ``score(prompts,
-    actions)`` (and optionally ``tokenize``, ``shared_prompt`` for the token count).
+    actions)`` (and optionally ``tokenize``, ``shared_prompt`` for the token count,
+    :func:`orchrm.model.scoring.scoring_tokens`).
     """
     pairs = _held_out(pairs)
     main = _model_results(model, pairs, pool, config)

@@ -33,26 +33,6 @@ SELECTORS: tuple[str, ...] = (
 # best-of-N selectors
 
 
-def pool_scoring_tokens(model: Any, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Reward-model input tokens per row (the action, plus the prompt when each candidate is
-    encoded with it) and per row the prompt tokens paid once per task (a shared-prompt model
-    encodes a question once for all its candidates)."""
-    tokenize = getattr(model, "tokenize", None)
-    if tokenize is None:
-        from orchrm.util.tokens import count_tokens
-
-        count = lambda texts: np.array([count_tokens(t) for t in texts])  # noqa: E731
-    else:
-        count = lambda texts: np.array([len(ids) for ids in tokenize(list(texts))])  # noqa: E731
-    questions, q_codes = np.unique(frame["question"].to_numpy(dtype=object), return_inverse=True)
-    plans, p_codes = np.unique(frame["plan_text"].to_numpy(dtype=object), return_inverse=True)
-    prompt = count(questions)[q_codes]
-    action = count(plans)[p_codes]
-    if bool(getattr(model, "shared_prompt", False)):
-        return action, prompt
-    return action + prompt, np.zeros_like(prompt)
-
-
 def _first_max(frame: pd.DataFrame, column: str, keys: list[str]) -> pd.DataFrame:
     """Per group of ``keys``, the row with the largest ``column`` (ties: the earliest candidate;
     ``frame`` is sorted by candidate within each group)."""

@@ -40,6 +40,12 @@ class NodeOutput:
     state: Any = field(default=None, repr=False, compare=False)
 
 
+def node_cost(backend: Backend, node: PlanNode, output: NodeOutput) -> float:
+    """The ``cost`` of an artifact (DESIGN §3): its tokens, prompt and completion, times the price
+    ``backend`` gives the node's tier (``cost_weight``; 1 for a node without one)."""
+    return (output.prompt_tokens + output.completion_tokens) * backend.cost_weight(node.model)
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Runs agents. ``tiers`` lists the model tiers it accepts; ``cost_weight(tier)`` prices them."""

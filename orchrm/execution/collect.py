@@ -37,6 +37,7 @@ from orchrm.execution.executor import MultiAgentExecutor
 from orchrm.execution.samplers import get_sampler
 from orchrm.execution.sandbox.config import NoiseConfig
 from orchrm.execution.tasks.base import Task, load_tasks, sources
+from orchrm.model.texts import plan_part_text
 from orchrm.plans import Plan
 from orchrm.util.digests import stable_id
 from orchrm.util.progress import progress_bar
@@ -92,9 +93,7 @@ class Branch:
 def prefix_text(plan: Plan, depth: int) -> str:
     """The nodes of ``plan`` at depth <= ``depth`` and the edges among them, rendered: the state
     every alternative branched below it shares ("" below depth 0)."""
-    nodes = plan.prefix(depth) if depth >= 0 else ()
-    ids = {n.id for n in nodes}
-    return "\n".join([n.render() for n in nodes] + [e.render() for e in plan.edges if e.source in ids and e.target in ids])
+    return plan_part_text(plan, {n.id for n in plan.prefix(depth)})
 
 
 def branch_plans(task: Task, *, branches: int, depth: int, seed: int, shares: Mapping[str, float]) -> list[Branch]:

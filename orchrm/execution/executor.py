@@ -23,7 +23,7 @@ import pandas as pd
 
 from orchrm.data.tables import artifacts_frame
 from orchrm.errors import ConfigError, PlanError
-from orchrm.execution.backend import Backend, NodeOutput
+from orchrm.execution.backend import Backend, NodeOutput, node_cost
 from orchrm.execution.sandbox.config import NoiseConfig
 from orchrm.execution.tasks.base import Task
 from orchrm.plans import Plan
@@ -212,7 +212,7 @@ class MultiAgentExecutor:
                     "answer": out.answer,
                     "prompt_tokens": out.prompt_tokens,
                     "completion_tokens": out.completion_tokens,
-                    "cost": (out.prompt_tokens + out.completion_tokens) * self.backend.cost_weight(node.model),
+                    "cost": node_cost(self.backend, node, out),
                     "is_final": node.id == sink,
                     "quality": quality,
                     "created_at": created_at,

@@ -1,5 +1,7 @@
 """The reward model: BradleyTerryModel (the one forward pass), its encoders, the model file,
-batching by task, the Trainer and its checkpoints.
+batching by task, the Trainer and its checkpoints; the prompt and action texts it reads
+(:mod:`orchrm.model.texts`, built there for pair building and serving alike) and the tokens a
+scoring call reads (:mod:`orchrm.model.scoring`).
 
 Nothing here imports MLflow, Prefect, Great Expectations or the sandbox: a serving process that
 loads a saved model carries only this package (the Trainer reports through a callback that

@@ -302,11 +302,6 @@ def truncate_prompt(ids: Sequence[int], budget: int) -> list[int]:
     return list(ids[:head]) + (list(ids[len(ids) - tail :]) if tail else [])
 
 
-def framed_prompt_length(n_tokens: int, prompt_length: int) -> int:
-    """Tokens a prompt of ``n_tokens`` raw tokens takes in a batch: truncated, then [CLS] ... [SEP]."""
-    return min(n_tokens, prompt_length - 2) + 2
-
-
 def action_body_length(n_tokens: int, framed_prompt: int, max_length: int) -> int:
     """Tokens an action of ``n_tokens`` raw tokens takes after its ``framed_prompt``-token prompt:
     its first tokens up to ``max_length`` in all, then [SEP]."""

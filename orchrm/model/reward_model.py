@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from orchrm.config import ModelConfig, with_overrides
+from orchrm.config import ModelConfig, TrainConfig, settings_error, with_overrides
 from orchrm.errors import ConfigError, ModelFileError
 from orchrm.model import encoders
 from orchrm.model.encoders import SpecialIds, TokenBatch
@@ -95,8 +95,20 @@ def _seeded(seed: int):
         yield
 
 
+#: where the settings of :class:`BradleyTerryModel` come from, in the errors that name a bad one
+_ORIGIN = "BradleyTerryModel(...)"
+
+
 def _model_config(config: ModelConfig | None, fields: dict[str, Any]) -> ModelConfig:
-    return with_overrides(ModelConfig() if config is None else config, fields, origin="the BradleyTerryModel arguments")
+    return with_overrides(ModelConfig() if config is None else config, fields, origin=_ORIGIN)
+
+
+def _learning_rate(lr: Any) -> float:
+    """``lr`` checked as the Trainer checks its own (:attr:`TrainConfig.lr`: a finite number > 0;
+    None, the Trainer's "the model's lr", and text are no learning rate here)."""
+    if lr is None or isinstance(lr, str | bytes):
+        raise settings_error(_ORIGIN, [("lr", f"give a positive number, not {lr!r}")])
+    return float(with_overrides(TrainConfig(), {"lr": lr}, origin=_ORIGIN).lr)
 
 
 class BradleyTerryModel(nn.Module):
@@ -129,14 +141,13 @@ class BradleyTerryModel(nn.Module):
         elif named != {"encoder": "scratch", "hidden_dim": 256, "num_layers": 3}:
             raise ConfigError("give encoder, hidden_dim and num_layers inside config=ModelConfig(...), or leave config out")
         cfg = _model_config(config, fields)
-        if not (isinstance(lr, int | float) and lr > 0):
-            raise ConfigError(f"lr must be a positive number, got {lr!r}")
+        lr = _learning_rate(lr)
         with _seeded(cfg.seed):
             if cfg.encoder == "scratch":
                 encoder_module, tokenizer, special = encoders.build_scratch_encoder(cfg), None, encoders.scratch_special_ids()
             else:
                 encoder_module, tokenizer, special = encoders.load_pretrained_encoder(cfg.encoder, cfg)
-            self._setup(cfg, encoder_module, tokenizer, special, lr=float(lr))
+            self._setup(cfg, encoder_module, tokenizer, special, lr=lr)
 
     def _setup(self, cfg: ModelConfig, encoder: nn.Module, tokenizer, special: SpecialIds, *, lr: float) -> None:
         if cfg.architecture == "shared_prompt" and not encoders.supports_shared_prompt(encoder):
@@ -404,8 +415,4 @@ class BradleyTerryModel(nn.Module):
         self.manifest = reader.json("manifest")
 
 
-def param_count(model: nn.Module, *, trainable_only: bool = False) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
-
-
-__all__ = ["BradleyTerryModel", "ModelFile", "bt_loss", "MODEL_FILE", "param_count"]
+__all__ = ["BradleyTerryModel", "ModelFile", "bt_loss", "MODEL_FILE"]

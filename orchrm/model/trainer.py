@@ -37,10 +37,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import ValidationError
 from torch import Tensor, nn
 
-from orchrm.config import ModelConfig, TrainConfig
+from orchrm.config import ModelConfig, TrainConfig, with_overrides
 from orchrm.data.pair_reader import PairSource
 from orchrm.data.tables import pairs_digest
 from orchrm.errors import ConfigError, TrainingError
@@ -269,15 +268,6 @@ class _Encoded:
         return cls(index, model.tokenize(index.prompts), model.tokenize(index.actions))
 
 
-def _train_config(base: TrainConfig | None, settings: Mapping[str, Any]) -> TrainConfig:
-    data = {**(base or TrainConfig()).model_dump(), **settings}
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid Trainer settings: {problems}") from None
-
-
 @dataclass
 class _Run:
     """What one call of :meth:`Trainer.train` works with, set up by :meth:`Trainer._prepare`."""
@@ -330,7 +320,7 @@ class Trainer:
         if not isinstance(model, BradleyTerryModel):
             raise TypeError(f"Trainer needs a BradleyTerryModel, got {type(model).__name__}")
         self.model = model
-        self.config = _train_config(config, settings)
+        self.config = with_overrides(config or TrainConfig(), settings, origin="Trainer(...)")
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.callbacks = list(callbacks)
         self.device = None if device is None else torch.device(device)
@@ -366,7 +356,7 @@ class Trainer:
         """
         overrides = {k: v for k, v in {"epochs": epochs, "eval_interval": eval_interval}.items() if v is not None}
         # the learning rate used is the one a resume checks and the checkpoint and manifest record
-        cfg = _train_config(self.config, overrides | {"lr": self.config.lr or self.model.lr})
+        cfg = with_overrides(self.config, overrides | {"lr": self.config.lr or self.model.lr}, origin="Trainer.train(...)")
         dist, rank_device = _start_distributed()
         try:
             return self._train(self._prepare(pairs, cfg, dist, rank_device, resume=resume))

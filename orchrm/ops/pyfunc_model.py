@@ -1,9 +1,11 @@
 """The MLflow pyfunc of an OrchRM reward model, logged from code (``orchrm.ops.registry.log_model``).
 
 MLflow executes this file when it loads the model; :func:`mlflow.models.set_model` names the
-class. Input: a DataFrame with string columns ``prompt`` and ``action``; output: a DataFrame with
-one float column ``reward`` (``BradleyTerryModel.score`` of each row). The weights are the
-model's safetensors file, the artifact ``model``.
+class. Input: a DataFrame with string columns ``prompt`` and ``action``, in the formats the model
+was trained on (:mod:`orchrm.model.texts`: a plan is scored under ``plan_prompt(question)``, a
+node's output as ``node_action`` under ``node_prompt``); output: a DataFrame with one float column
+``reward`` (``BradleyTerryModel.score`` of each row). The weights are the model's safetensors
+file, the artifact ``model``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@
   agent call R(s, a) with the node-level prompt the intermediate pairs trained (question plus the
   plan prefix so far; the agent's line and its output), and executing as it goes.
 
+Every prompt and action text comes from :mod:`orchrm.model.texts`, the module pair building
+writes the pair table with; scoring tokens are counted by :func:`orchrm.model.scoring.scoring_tokens`.
+
 >>> from orchrm import TestTimeScalableOrchestrator                          # doctest: +SKIP
 >>> orch = TestTimeScalableOrchestrator(reward_model="models:/orchrm-reward@champion", num_candidates=5)
 >>> result = orch.execute(task="Answer: what is the capital of France?")    # doctest: +SKIP
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchrm.errors import ModelFileError, RegistryError
+from orchrm.model.scoring import scoring_tokens
+from orchrm.model.texts import NodeInfo, node_action, node_prompt, plan_nodes, plan_prompt
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchrm.execution.executor import MultiAgentExecutor
@@ -193,12 +198,6 @@ def _as_model(reward_model: BradleyTerryModel | str | os.PathLike) -> BradleyTer
     return reward_model
 
 
-def _scoring_tokens(model: BradleyTerryModel, prompts: Sequence[str], actions: Sequence[str]) -> int:
-    """Tokens the reward model reads for one scoring call: each distinct prompt once, every action."""
-    distinct = list(dict.fromkeys(prompts))
-    return sum(len(ids) for ids in model.tokenize(distinct + list(actions)))
-
-
 # --------------------------------------------------------------------------------------------
 # best-of-N
 
@@ -286,11 +285,11 @@ class TestTimeScalableOrchestrator(_ScoredOrchestrator):
         executor = self._executor()
         task = executor.as_task(task)
         plans = executor.sample_plans(task, self.num_candidates, seed=self.seed)
-        texts = [p.render() for p in plans]
-        rewards = self.reward_model.score(task.question, texts).tolist()
+        prompt, texts = plan_prompt(task.question), [p.render() for p in plans]
+        rewards = self.reward_model.score(prompt, texts).tolist()
         order = sorted(range(len(plans)), key=lambda i: (-rewards[i], i))  # ties: sampling order
         scored = tuple(ScoredPlan(plans[i], float(rewards[i])) for i in order)
-        return task, scored, _scoring_tokens(self.reward_model, [task.question], texts)
+        return task, scored, scoring_tokens(self.reward_model, prompt, texts).total
 
     def execute(self, task: Task | str) -> OrchestrationResult:
         """Sample, score, and execute only the best candidate on ``task`` (a Task or free text,
@@ -331,10 +330,11 @@ class RewardGuidedOrchestrator(_ScoredOrchestrator):
 
     ``num_candidates`` plans are sampled once; at each depth the candidate next steps are the
     distinct depth-``d`` nodes of the candidates that share the prefix chosen so far. Each one is
-    executed (its prefix up to depth ``d``) and scored R(s, a) in the node-level format of the
-    intermediate pairs (:mod:`orchrm.data.pairs`): ``s`` = question, newline, the rendered ancestor
-    nodes and edges (the question alone at depth 0); ``a`` = the node's ``<agent .../>`` line,
-    newline, its output. A step of several parallel nodes scores their mean. The best step is
+    executed (its prefix up to depth ``d``) and scored R(s, a) with the texts of the node-level
+    intermediate pairs, built by the same functions (:mod:`orchrm.model.texts`): ``s`` =
+    :func:`~orchrm.model.texts.node_prompt` (question, newline, the rendered ancestor nodes and
+    edges; the question alone at depth 0), ``a`` = :func:`~orchrm.model.texts.node_action` (the
+    node's ``<agent .../>`` line, newline, its output). A step of several parallel nodes scores their mean. The best step is
     kept and the others dropped, until the plan is complete. Every execution counts in
     ``execution_tokens``.
     """
@@ -343,8 +343,6 @@ class RewardGuidedOrchestrator(_ScoredOrchestrator):
     steps: tuple[GuidedStep, ...] = ()
 
     def execute(self, task: Task | str) -> OrchestrationResult:
-        from orchrm.data.pair_engine import plan_nodes
-
         executor = self._executor()
         task = executor.as_task(task)
         alive = list(executor.sample_plans(task, self.num_candidates, seed=self.seed))
@@ -368,10 +366,10 @@ class RewardGuidedOrchestrator(_ScoredOrchestrator):
                 execution += run.tokens
                 content = {r["node_id"]: r["content"] for r in run.rows}
                 infos = [n for n in nodes[plan.plan_id] if n.depth == depth]
-                prompts = [task.question if not n.prefix else task.question + "\n" + n.prefix for n in infos]
-                actions = [n.line + "\n" + str(content.get(n.node_id, "")) for n in infos]
+                prompts = [node_prompt(task.question, n.prefix) for n in infos]
+                actions = [node_action(n.line, str(content.get(n.node_id, ""))) for n in infos]
                 rewards = self.reward_model.score(prompts, actions)
-                scoring += _scoring_tokens(self.reward_model, prompts, actions)
+                scoring += scoring_tokens(self.reward_model, prompts, actions).total
                 options.append((key, float(rewards.mean()), plan, run))
             best_key, _, _, last_run = max(options, key=lambda o: o[1])
             steps.append(GuidedStep(depth, tuple((k, s) for k, s, _, _ in options), best_key))
@@ -402,7 +400,7 @@ class RewardGuidedOrchestrator(_ScoredOrchestrator):
         )
 
 
-def _step_key(infos: Sequence[Any], depth: int) -> str:
+def _step_key(infos: Sequence[NodeInfo], depth: int) -> str:
     """A step's identity: its prefix and its nodes' lines at ``depth`` (plans that agree on both
     are at the same state and take the same step)."""
     here = [n for n in infos if n.depth == depth]

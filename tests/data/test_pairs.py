@@ -12,12 +12,12 @@ import pytest
 
 from orchrm.config import PairsConfig
 from orchrm.data.pair_engine import ragged_arange, within_group_pairs
+from orchrm.data.pair_files import build_pairs_file
 from orchrm.data.pairs import (
     MARGIN_SLACK,
     PairwiseComparator,
     assign_split,
     build_pairs,
-    build_pairs_file,
     read_pairs,
 )
 from orchrm.data.tables import PAIR_COLUMNS, artifacts_frame, read_table, write_table

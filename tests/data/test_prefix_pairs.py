@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from orchrm.config import CollectConfig, PairsConfig, config_from_dict
-from orchrm.data.pair_engine import subplan_text
 from orchrm.data.pairs import PairwiseComparator
 from orchrm.data.tables import PAIR_COLUMNS, artifacts_frame
 from orchrm.errors import ConfigError
 from orchrm.execution.collect import branch_plans, collect, prefix_text
 from orchrm.execution.tasks import load_tasks
+from orchrm.model.texts import subplan_text
 from orchrm.plans import Plan
 from tests.fixtures.tables import PLANS, execution_rows
 

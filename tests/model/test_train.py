@@ -16,12 +16,13 @@ import torch
 from orchrm import BradleyTerryModel, Trainer
 from orchrm.cli import main as cli_main
 from orchrm.config import ModelConfig, TrainConfig
-from orchrm.data.pair_reader import read_pairs, task_id_of, task_text
+from orchrm.data.pair_reader import read_pairs, task_id_of
 from orchrm.data.tables import pairs_digest, write_table
 from orchrm.data.validation import validate_files
 from orchrm.errors import ConfigError, TraceSchemaError, TrainingError
 from orchrm.model.batching import training_pairs
 from orchrm.model.reward_model import ModelFile
+from orchrm.model.texts import task_text
 from orchrm.model.trainer import LAST_CHECKPOINT, TrainCallback, TrainResult, fit
 
 SMALL = dict(batch_size=16, lr=3e-3, progress=False)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchrm.execution.backend import node_cost
 from orchrm.execution.sandbox.engine import SandboxBackend
 from orchrm.execution.sandbox.noise import NoiseConfig
 from orchrm.execution.tasks import load_tasks
@@ -48,7 +49,7 @@ def execute(task, plan_text: str, seed: int):
             task, node, [done[p] for p in plan.parents(node.id)], rng=rng, shared=shared
         )
         done[node.id] = out
-        cost += (out.prompt_tokens + out.completion_tokens) * BACKEND.cost_weight(node.model)
+        cost += node_cost(BACKEND, node, out)
     return done[plan.sink], cost
 
 

@@ -1,8 +1,9 @@
+import re
 from pathlib import Path
 
 import pytest
 
-from orchrm.config import PipelineConfig, load_config
+from orchrm.config import PipelineConfig, TrainConfig, load_config, settings_error, with_overrides
 from orchrm.errors import ConfigError
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
@@ -62,3 +63,45 @@ def test_missing_file_and_bad_yaml(tmp_path):
     negative.write_text("train: {seed: -1}\n")
     with pytest.raises(ConfigError, match="train.seed"):
         load_config(negative)
+
+
+def _model(**fields):
+    from orchrm import BradleyTerryModel
+
+    return BradleyTerryModel(hidden_dim=32, num_layers=1, num_heads=2, **fields)
+
+
+def _trainer(**settings):
+    from orchrm import Trainer
+
+    return Trainer(_model(), progress=False, **settings)
+
+
+def _comparator(**settings):
+    from orchrm.data.pairs import PairwiseComparator
+
+    return PairwiseComparator(**settings)
+
+
+@pytest.mark.parametrize(
+    ("make", "origin", "problem"),
+    [
+        (lambda: with_overrides(TrainConfig(), {"epochs": 0}), "the command line", "epochs: Input should be greater than or equal to 1"),
+        (lambda: _model(hidden_sise=64), "BradleyTerryModel(...)", "hidden_sise: unknown field"),
+        # the model's lr is the Trainer's: an infinite one used to pass here and fail in train()
+        (lambda: _model(lr=float("inf")), "BradleyTerryModel(...)", "lr: Input should be a finite number"),
+        (lambda: _model(lr=None), "BradleyTerryModel(...)", "lr: give a positive number, not None"),
+        (lambda: _trainer(batch_sise=8), "Trainer(...)", "batch_sise: unknown field"),
+        (lambda: _trainer().train(pairs=[], epochs=0), "Trainer.train(...)", "epochs: Input should be greater than or equal to 1"),
+        (lambda: _comparator(min_margin=2.0), "PairwiseComparator(...)", "min_margin: Input should be less than or equal to 1"),
+    ],
+    ids=["command line", "model field", "model lr", "model lr None", "trainer", "train", "comparator"],
+)
+def test_settings_beside_a_config_are_refused_in_one_wording(make, origin, problem):
+    with pytest.raises(ConfigError, match=rf"^invalid configuration in {re.escape(origin)}:\n  {re.escape(problem)}"):
+        make()
+
+
+def test_settings_error_words_hand_made_problems_like_validation_errors():
+    error = settings_error("Trainer(...)", [("lr", "give a positive number"), ("epochs", "too many")])
+    assert str(error) == "invalid configuration in Trainer(...):\n  lr: give a positive number\n  epochs: too many"

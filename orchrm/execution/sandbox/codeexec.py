@@ -145,10 +145,6 @@ class RunResult:
         """Fraction of checks passed (0.0 for a job without checks)."""
         return self.passed / self.total if self.results else 0.0
 
-    @property
-    def reasons(self) -> tuple[str, ...]:
-        return tuple(r.reason for r in self.results if not r.passed)
-
 
 @dataclass(frozen=True)
 class Limits:
@@ -374,20 +370,6 @@ class CodeExecutor:
             self._close_locked()  # a dead or stuck zygote: restart it once and retry
         reason = f"sandbox error: {error}"
         return RunResult(tuple(CheckResult(False, reason) for _ in range(n_checks)), "error", reason)
-
-
-_DEFAULT: CodeExecutor | None = None
-_DEFAULT_LOCK = threading.Lock()
-
-
-def default_executor() -> CodeExecutor:
-    """The process-wide executor with default :class:`Limits` (started on first job)."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        with _DEFAULT_LOCK:
-            if _DEFAULT is None:
-                _DEFAULT = CodeExecutor()
-    return _DEFAULT
 
 
 # ----------------------------------------------------------------------------------------------
@@ -847,4 +829,4 @@ def _zygote_main() -> None:
         _write(1, reply)
 
 
-__all__ = ["Check", "CheckResult", "CodeExecutor", "Limits", "RunResult", "SandboxViolation", "default_executor"]
+__all__ = ["Check", "CheckResult", "CodeExecutor", "Limits", "RunResult", "SandboxViolation"]

@@ -9,9 +9,10 @@ probabilities and weights, grouped by where they act:
 - :class:`GenericNoise` — behaviour shared by every domain (debate conformity, over-correction);
 - one class per domain — the effects that make the best plan depend on the question.
 
-It is configuration only (pydantic, no simulator): it sits beside ``config.py`` rather than in
-``orchrm/execution/sandbox/`` so that loading a config, or a saved model, imports no simulator and
-no task suite (DESIGN §2). The simulators read it; ``orchrm.execution.sandbox.noise`` re-exports it.
+It is configuration only (pydantic, no simulator): the sandbox package imports nothing when it
+is loaded, so loading a config, or a saved model, imports no simulator and no task suite (DESIGN
+§2). The simulators read it; ``orchrm.execution.sandbox.noise`` re-exports it. Its sections share
+the base of every config section (:class:`orchrm.util.frozen.FrozenConfig`).
 
 The values are set once from first principles and a look at the sandbox's own statistics on the
 built-in generators; they are never tuned to make a benchmark figure look better. Change them
@@ -20,9 +21,9 @@ in YAML under ``sandbox:`` (see ``configs/default.yaml``); unknown keys are reje
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-Prob = Field(ge=0.0, le=1.0)
+from orchrm.util.frozen import FrozenConfig
 
 #: The trap phrasings a math question can show: the keys of ``orchrm.execution.tasks.math.TRAPS`` (a unit
 #: test checks that the two agree). Listed here so that validating ``math.trap_misread`` imports
@@ -40,11 +41,7 @@ MATH_TRAP_KINDS: tuple[str, ...] = (
 )
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TierConfig(_Frozen):
+class TierConfig(FrozenConfig):
     """A model tier. ``cost_weight`` multiplies its tokens in the ``cost`` column (price ratio);
     ``skill`` in (0, 1] scales every per-step error probability of the domains (lower is better:
     an error rate ``p`` becomes ``p * skill``)."""
@@ -60,7 +57,7 @@ def _default_tiers() -> dict[str, TierConfig]:
     }
 
 
-class GenericNoise(_Frozen):
+class GenericNoise(FrozenConfig):
     """Agent behaviour shared by all domains.
 
     - ``debate_conform``: per debate round, the chance that a debater holding a minority answer
@@ -77,7 +74,7 @@ class GenericNoise(_Frozen):
     confidence_noise: float = Field(0.2, ge=0.0)
 
 
-class MathNoise(_Frozen):
+class MathNoise(FrozenConfig):
     """math (GSM8K style); the simulator is ``orchrm/execution/sandbox/math.py``.
 
     A reasoning run replays the solution's steps. Rates are for a tier of ``skill`` 1 (the
@@ -183,7 +180,7 @@ class MathNoise(_Frozen):
         return self
 
 
-class CodeNoise(_Frozen):
+class CodeNoise(FrozenConfig):
     """code (HumanEval); the simulator is ``orchrm/execution/sandbox/code.py``.
 
     A coder writes the canonical solution with bug-injecting AST mutations (off-by-one,
@@ -270,7 +267,7 @@ class CodeNoise(_Frozen):
     memory_mb: int = Field(512, ge=64)
 
 
-class QaNoise(_Frozen):
+class QaNoise(FrozenConfig):
     """What the question-answering domains share (:class:`MultihopNoise`, :class:`WebqaNoise`;
     the simulator is ``orchrm/execution/sandbox/qa.py``).
 
@@ -434,7 +431,7 @@ class WebqaNoise(QaNoise):
     vague_fix_factor: float = Field(0.5, ge=0.0, le=1.0)
 
 
-class NoiseConfig(_Frozen):
+class NoiseConfig(FrozenConfig):
     """All sandbox parameters. ``tiers`` must name every tier used by ``generic``'s tables."""
 
     tiers: dict[str, TierConfig] = Field(default_factory=_default_tiers)

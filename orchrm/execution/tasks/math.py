@@ -40,7 +40,7 @@ import math
 import os
 import random
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +51,7 @@ from orchrm.execution.tasks.base import (
     Task,
     TaskSource,
     data_file,
+    plan_cost,
     register_heuristic,
     register_source,
     register_text_parser,
@@ -1303,7 +1304,7 @@ def heuristic_plan_score(features: dict, plan: Plan) -> float:
     Rules: hard questions (many steps, big numbers, traps) want the large tier; voting helps
     long arithmetic but not traps; a tool-checked Reflexion helps traps and long chains but a
     small one second-guesses easy questions; search helps when an obscure fact is cued and
-    distracts otherwise; every token costs a little.
+    distracts otherwise; every token costs a little (:func:`~orchrm.execution.tasks.base.plan_cost`).
     """
     steps = features.get("est_steps", 3.0)
     digits = features.get("max_digits", 2.0)
@@ -1335,18 +1336,7 @@ def heuristic_plan_score(features: dict, plan: Plan) -> float:
     if "WebSearch" in agents:
         top_k = max(n.int_param("top_k") for n in plan.nodes if n.agent == "WebSearch")
         score += 0.5 * obscure if obscure > 0.2 else -0.04 * top_k
-    calls = 0.0
-    for n in plan.nodes:
-        if n.agent == "SelfConsistency":
-            k = n.int_param("k")
-        elif n.agent == "Debate":
-            k = n.int_param("agents") * (1 + n.int_param("rounds"))
-        elif n.agent == "Reflexion":
-            k = 1 + n.int_param("iterations")
-        else:
-            k = 1
-        calls += (5.0 if n.model == "large" else 1.0) * k
-    return score - 0.03 * math.log1p(calls)
+    return score - 0.03 * math.log1p(plan_cost(plan, search_runs=1.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1361,11 +1351,6 @@ register_source(TaskSource(
     DOMAIN, "gsm8k", load_gsm8k,
     f"GSM8K test split (1,319 items) from ${DATA_DIR_ENV}/{GSM8K_FILE}; seeded sample",
 ))
-
-
-def iter_steps(task: Task) -> Iterable[dict]:
-    """The computational steps of a math task (text lines skipped)."""
-    return (s for s in task.metadata.get("steps", ()) if s["expr"])
 
 
 register_heuristic(DOMAIN, DomainHeuristic(features=question_features, score=heuristic_plan_score))
@@ -1383,7 +1368,6 @@ __all__ = [
     "from_text",
     "generate_problem",
     "heuristic_plan_score",
-    "iter_steps",
     "load_builtin",
     "load_gsm8k",
     "normalize_number",

@@ -39,6 +39,7 @@ from orchrm.execution.tasks.base import (
     TaskSource,
     data_file,
     malformed_items,
+    plan_cost,
     read_json_items,
     register_heuristic,
     register_source,
@@ -49,7 +50,6 @@ from orchrm.execution.tasks.qa import (
     distinct_tasks,
     make_name,
     name_style,
-    plan_cost,
     unique_name,
 )
 from orchrm.plans import Plan
@@ -538,7 +538,7 @@ def heuristic_plan_score(features: Mapping[str, float], plan: Plan) -> float:
     entities look obscure (specific names) with at least one query per hop and a small top_k
     (more documents, more distractors); skip search for plain, famous-looking names; on a trap
     phrasing prefer the large tier or a Reflexion that re-reads, since voting cannot help;
-    avoid small-tier Reflexion on plain questions (it over-corrects); charge for cost.
+    avoid small-tier Reflexion on plain questions (it over-corrects); charge for cost (:func:`~orchrm.execution.tasks.base.plan_cost`).
     """
     nodes = plan.nodes
     search = [n for n in nodes if n.agent == "WebSearch"]
@@ -573,7 +573,7 @@ def heuristic_plan_score(features: Mapping[str, float], plan: Plan) -> float:
         if reflexion and not search and all(n.model == "small" for n in reflexion):
             score -= 0.1
     score += 0.03 * (hops - 2) * large
-    return score - 0.04 * math.log1p(plan_cost(plan))
+    return score - 0.04 * math.log1p(plan_cost(plan, cot_runs=0.3))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,8 +3,7 @@
 - synthetic entity names whose style shows popularity (:func:`make_name`, :func:`name_style`,
   :func:`unique_name`), used by both built-in worlds;
 - :func:`distinct_tasks`, the "draw until ``n`` distinct questions" loop of the built-in
-  generators;
-- :func:`plan_cost`, the cost term of both domains' :func:`heuristic_plan_score`.
+  generators.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from collections.abc import Callable
 
 from orchrm.errors import TaskError
 from orchrm.execution.tasks.base import Task
-from orchrm.plans import Plan
 
 POPULARITY = ("famous", "known", "obscure")
 
@@ -179,30 +177,10 @@ def distinct_tasks(n: int, draw: Callable[[], Task | None], *, source: str) -> l
     return list(tasks.values())
 
 
-def plan_cost(plan: Plan) -> float:
-    """Rough cost of ``plan`` from its text alone: reasoning runs per node (samples, debaters
-    times rounds, Reflexion iterations; 0.3 for a search), weighted 5 on the large tier."""
-    cost = 0.0
-    for n in plan.nodes:
-        p = n.params
-        mult = (
-            int(p.get("k", 1))
-            if n.agent == "SelfConsistency"
-            else int(p.get("agents", 1)) * (1 + int(p.get("rounds", 0)))
-            if n.agent == "Debate"
-            else 1 + int(p.get("iterations", 0))
-            if n.agent == "Reflexion"
-            else 0.3
-        )
-        cost += (5.0 if n.model == "large" else 1.0) * mult
-    return cost
-
-
 __all__ = [
     "POPULARITY",
     "distinct_tasks",
     "make_name",
     "name_style",
-    "plan_cost",
     "unique_name",
 ]

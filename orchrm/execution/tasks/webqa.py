@@ -36,6 +36,7 @@ from orchrm.execution.tasks.base import (
     TaskSource,
     data_file,
     malformed_items,
+    plan_cost,
     read_json_items,
     register_heuristic,
     register_source,
@@ -46,7 +47,6 @@ from orchrm.execution.tasks.qa import (
     distinct_tasks,
     make_name,
     name_style,
-    plan_cost,
     unique_name,
 )
 from orchrm.plans import Plan
@@ -514,7 +514,7 @@ def heuristic_plan_score(features: Mapping[str, float], plan: Plan) -> float:
     Rule of thumb from the question only: search unless the entity looks famous (a plain name)
     and keep top_k small when the question is vague (look-alike pages crowd in); vague
     questions over search benefit from voting or a Reflexion that re-reads; trap phrasings want
-    the large tier or a Reflexion; charge for cost.
+    the large tier or a Reflexion; charge for cost (:func:`~orchrm.execution.tasks.base.plan_cost`).
     """
     search = [n for n in plan.nodes if n.agent == "WebSearch"]
     reasoners = [n for n in plan.nodes if n.agent != "WebSearch"]
@@ -543,7 +543,7 @@ def heuristic_plan_score(features: Mapping[str, float], plan: Plan) -> float:
             and all(n.model == "small" for n in reasoners if n.agent == "Reflexion")
         ):
             score -= 0.08
-    return score - 0.04 * math.log1p(plan_cost(plan))
+    return score - 0.04 * math.log1p(plan_cost(plan, cot_runs=0.3))
 
 
 def from_text(question: str) -> Task | None:
