@@ -57,12 +57,12 @@ test-fast: install  ## the tests not marked slow
 	$(PY) -m pytest -q -m "not slow"
 
 bench: EXTRAS = dev,bench
-bench: install  ## run the benchmarks; results land in benchmarks/results/
+bench: install  ## run the benchmarks (results in benchmarks/results/*.json), then render their pages
 	$(PY) -m pip install --quiet -c $(VENV)/torch-constraint.txt -e ".[dev,bench]"
-	$(PY) benchmarks/run_all.py
+	$(PY) -m benchmarks.run_all
 
-report: install  ## docs/results.md, its plots and the README's best-of-N block, from benchmarks/results/*.json
-	$(PY) benchmarks/report.py
+report: install  ## every results page, docs/results.md, the plots and the README's best-of-N block, from benchmarks/results/*.json
+	$(PY) -m benchmarks.render
 
 lint: install  ## ruff
 	$(VENV)/bin/ruff check orchrm tests benchmarks flows

@@ -4,13 +4,14 @@ One prepared script for a machine with a GPU (issue 4): collects sandbox pairs (
 MiniLM (every layer) with the OrchRM Trainer under bf16 autocast (``precision="auto"`` picks it
 on CUDA) in both input layouts, and records training pairs per second, peak GPU memory
 (``torch.cuda.max_memory_allocated``) and held-out plan-level accuracy. The figures go into
-``results/train.json`` under ``"gpu"`` and a "GPU" section of ``results/train.md``.
+``results/train.json`` under ``"gpu"`` (the rest of the file left as it is; ``benchmarks.train``
+keeps this section when it reruns), which the renderer shows as the GPU part of ``train.md``.
 
 Without CUDA it stops with a message; ``--allow-cpu`` runs the same code on the CPU as a smoke
 test (tiny sizes, nothing written unless ``--out`` is given).
 
-    python benchmarks/gpu_train.py                     # on the GPU machine
-    python benchmarks/gpu_train.py --allow-cpu --tasks 4 --train-tasks 8 --test-tasks 4 --out /tmp/gpu
+    python -m benchmarks.gpu_train                     # on the GPU machine
+    python -m benchmarks.gpu_train --allow-cpu --tasks 4 --train-tasks 8 --test-tasks 4 --out /tmp/gpu
 """
 
 from __future__ import annotations
@@ -21,21 +22,15 @@ import sys
 import time
 from pathlib import Path
 
-from orchrm.util.offline import apply_offline_env  # noqa: E402
+import torch
 
-apply_offline_env()  # telemetry off, no downloads (orchrm/util/offline.env), before the libraries read them
-
-import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_accuracy import sandbox_pairs  # noqa: E402
-from bench_train import pairwise_accuracy, select  # noqa: E402
-from results_io import write_json, write_text  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.common.plan_pairs import pairwise_accuracy, sample_tasks
+from benchmarks.common.results_io import RESULTS, command_line, provenance, write_section
+from benchmarks.common.steps import pair_table
+from orchrm.config import CollectConfig
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=150, help="collection size: tasks per domain (default 150, cached)")
     ap.add_argument("--train-tasks", type=int, default=400, help="training tasks (default 400)")
@@ -47,7 +42,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU as a smoke test")
     ap.add_argument("--out", type=Path, default=None, help="results folder (default: benchmarks/results on CUDA)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
@@ -58,7 +53,8 @@ def main() -> int:
 
     from orchrm import BradleyTerryModel, Trainer
 
-    train, test = select(sandbox_pairs(args.tasks, 8, args.seed), args.train_tasks, args.test_tasks, args.seed)
+    collection = CollectConfig(tasks_per_domain=args.tasks, plans_per_task=8, seed=args.seed)
+    train, test = sample_tasks(pair_table(collection).frame, args.train_tasks, args.test_tasks, args.seed)
     rows = []
     for architecture in ("shared_prompt", "joint"):
         if cuda:
@@ -81,6 +77,7 @@ def main() -> int:
               f"{'-' if peak is None else f'{peak:.0f} MiB'}  test accuracy {acc:.3f}", file=sys.stderr)
 
     gpu = {
+        **provenance(command_line("benchmarks.gpu_train", ap, args), torch=torch.__version__),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu (smoke test)",
         "torch": torch.__version__,
         "train_pairs": len(train), "train_tasks": int(train["task_id"].nunique()), "test_pairs": len(test),
@@ -90,23 +87,7 @@ def main() -> int:
     if out_dir is None:
         print(json.dumps(gpu, indent=2))
         return 0
-    path = out_dir / "train.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data["gpu"] = gpu
-    write_json(path, data)
-    md = out_dir / "train.md"
-    text = md.read_text().split("\n## GPU")[0].rstrip() + "\n" if md.exists() else ""
-    lines = [
-        "", "## GPU", "",
-        f"{gpu['device']}, MiniLM, {len(train)} plan pairs, {args.epochs} epochs, {args.batch_size} pairs per step, "
-        f"max_length {args.max_length}.", "",
-        "| layout | precision | pairs/s | peak memory MiB | test accuracy |", "|---|---|---:|---:|---:|",
-    ]
-    for r in rows:
-        peak = "-" if r["peak_memory_mib"] is None else f"{r['peak_memory_mib']:.0f}"
-        lines.append(f"| {r['architecture']} | {r['precision']} | {r['pairs_per_second']:.1f} | {peak} | {r['test_accuracy']:.3f} |")
-    write_text(md, text + "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(f"wrote the gpu section of {write_section(out_dir / 'train.json', 'gpu', gpu)}")
     return 0
 
 

@@ -1,35 +1,35 @@
-"""Run every benchmark in sequence; each writes its results under benchmarks/results/.
+"""Run benchmarks in sequence, each in its own process, then render their pages.
 
-    python benchmarks/run_all.py                 # all
-    python benchmarks/run_all.py collect pairs   # some
+    python -m benchmarks.run_all                 # every benchmark of BENCHES, then the renderer
+    python -m benchmarks.run_all collect pairs   # some
 
-The real data sets (GSM8K, SQuAD, StrategyQA) are read from $ORCHRM_DATA_DIR; when it is unset
-and a ``shared/data`` folder sits beside the project, that folder is used; without either, the
-benchmarks run on the built-in generators only.
+Each writes ``benchmarks/results/<name>.json``; :mod:`benchmarks.render` then rebuilds every page,
+``docs/results.md`` and the README's block (also after a failure: the others' pages are current).
+``registry``, ``sweep_defaults`` and ``gpu_train`` are run on their own (``python -m
+benchmarks.<name>``). The real data sets (GSM8K, SQuAD, StrategyQA) are read from
+``$ORCHRM_DATA_DIR``; when it is unset and a ``shared/data`` folder sits beside the project, that
+folder is used; without either, the benchmarks run on the built-in generators only.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_io import use_sibling_data  # noqa: E402
+from benchmarks.common.results_io import ROOT, use_sibling_data
 
-HERE = Path(__file__).resolve().parent
-BENCHES = {
-    "collect": "bench_collect.py",
-    "plan_choice": "bench_plan_choice.py",
-    "pairs": "bench_pairs.py",
-    "accuracy": "bench_accuracy.py",
-    "latency": "bench_latency.py",
-    "train": "bench_train.py",
-    "best_of_n": "bench_best_of_n.py",
-    "token_efficiency": "bench_token_efficiency.py",
-}
+#: in the order they run
+BENCHES = ("collect", "plan_choice", "pairs", "accuracy", "latency", "train", "best_of_n", "token_efficiency")
+
+
+def run(module: str) -> int:
+    """``python -m <module>`` from the project's root; its exit status."""
+    print(f"== {module}", flush=True)
+    t0 = time.perf_counter()
+    rc = subprocess.call([sys.executable, "-m", module], cwd=ROOT)
+    print(f"== {module}: exit {rc} after {time.perf_counter() - t0:.0f} s", flush=True)
+    return rc
 
 
 def main(argv: list[str]) -> int:
@@ -38,16 +38,10 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHES)}", file=sys.stderr)
         return 2
-    use_sibling_data()
-    env = dict(os.environ)
-    failed = []
-    for name in chosen:
-        print(f"== {name}", flush=True)
-        t0 = time.perf_counter()
-        rc = subprocess.call([sys.executable, str(HERE / BENCHES[name])], env=env)
-        print(f"== {name}: exit {rc} after {time.perf_counter() - t0:.0f} s", flush=True)
-        if rc:
-            failed.append(name)
+    use_sibling_data()  # in this process's environment, which each benchmark's process inherits
+    failed = [name for name in chosen if run(f"benchmarks.{name}")]
+    if run("benchmarks.render"):
+        failed.append("render")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

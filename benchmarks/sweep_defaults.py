@@ -1,7 +1,7 @@
 """The sweep the training defaults were chosen from: encoder x learning rate, early stopping on the
 validation loss, each run judged on held-out tickets of a foreign system's traces.
 
-The data is the support-desk generator of ``tests/fixtures/foreign_traces.py`` at a *tuning* seed
+The data is the support-desk generator of :mod:`benchmarks.common.support_desk` at a *tuning* seed
 (``--seed``, 101): ``orchrm ingest`` -> pairs (default :class:`PairsConfig`) -> ``fit``. The
 figure of merit is the accuracy on every plan pair of the held-out (``split == "test"``) tickets
 whose expected quality differs (the generator knows it), beside the accuracy on the held-out pair
@@ -10,8 +10,8 @@ on another seed (``tests/model/test_defaults_learn.py``), never on this one.
 
 Each run trains on one thread (the machines here have two cores, shared).
 
-    python benchmarks/sweep_defaults.py                      # the whole grid, ~25 min on 2 cores
-    python benchmarks/sweep_defaults.py --only scratch-lr3e-4
+    python -m benchmarks.sweep_defaults                      # the whole grid, ~25 min on 2 cores
+    python -m benchmarks.sweep_defaults --only scratch-lr3e-4
 """
 
 from __future__ import annotations
@@ -23,12 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from orchrm.model.trainer import TrainCallback  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks.common.results_io import RESULTS, git_commit, machine, write_json
+from benchmarks.common.support_desk import make_tickets, traces_of, true_pair_accuracy
+from orchrm.model.trainer import TrainCallback
 
 
 @dataclass(frozen=True)
@@ -70,7 +67,6 @@ def run_one(run: Run, pairs, tickets) -> dict:
 
     from orchrm.config import ModelConfig, TrainConfig
     from orchrm.model.trainer import fit
-    from tests.fixtures.foreign_traces import true_pair_accuracy
 
     model_config = ModelConfig(**run.model)
     train_config = TrainConfig(**run.train)
@@ -103,41 +99,6 @@ def run_one(run: Run, pairs, tickets) -> dict:
     }
 
 
-def table(result: dict) -> str:
-    lines = [
-        "# Sweep of the training defaults: encoder x learning rate, early stopping",
-        "",
-        f"Support-desk traces (tests/fixtures/foreign_traces.py) at tuning seed {result['seed']}: "
-        f"{result['tickets']} tickets x 6 plans x {result['runs']} runs, through ingest and the default pair "
-        f"settings: {result['pairs']['train']} train / {result['pairs']['val']} val / {result['pairs']['test']} test pairs. "
-        "Each run: at most the epochs shown, early stopping after `patience` evaluations without a lower validation loss, "
-        "best weights restored, "
-        f"one thread. **true-pair acc**: held-out tickets ({result['runs_out'][0]['held_out_tickets'] if result['runs_out'] else 0}), "
-        "every pair of plans whose expected quality differs, ordered by the model; **test acc**: the held-out pair table "
-        "(labels from noisy 0/1 runs).",
-        "",
-        "| run | encoder | lr | max epochs | patience | epochs run (best) | best val loss | test acc | true-pair acc | train s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in result["runs_out"]:
-        enc = r["model"]["encoder"] + ("" if "train_layers" not in r["model"] else f" (train_layers {r['model']['train_layers']})")
-        lines.append(
-            f"| {r['name']} | {enc} | {r['train']['lr']:g} | {r['train']['epochs']} | {r['train']['patience']} | {r['epochs_run']} ({r['best_epoch']}) | "
-            f"{r['best_val_loss']:.4f} | {r['test_pair_accuracy']:.3f} | {r['true_pair_accuracy']:.3f} | {r['seconds']:.0f} |"
-        )
-    lines += [f"\n{r['name']}: {r['note']}." for r in result["runs_out"] if r.get("note")]
-    m = result["machine"]
-    lines += [
-        "",
-        "train s: wall time on a machine shared with other jobs; it says which runs are long, not how fast one is.",
-        f"Machine: {m['cpus']} CPUs ({m['cpu']}), load average at the end {m['load_average']}; torch {m['torch']}.",
-        f"Commit: {result['commit']}",
-        "",
-        *(f"Command: `{c}`" for c in result.get("commands", [result["command"]])),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=101, help="tuning seed of the generator (the tests use others)")
@@ -145,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per (ticket, plan)")
     parser.add_argument("--epochs", type=int, default=15, help="epoch budget of a scratch run (MiniLM frozen: twice)")
     parser.add_argument("--only", nargs="*", default=None, help="run only these names of the grid")
-    parser.add_argument("--out", default=str(RESULTS / "sweep_defaults"), help="results stem (.json, .md)")
+    parser.add_argument("--out", default=str(RESULTS / "sweep_defaults.json"), help="results file")
     parser.add_argument(
         "--reuse", action="store_true",
         help="keep the runs the results file already holds for the same data and settings (a stopped sweep continues)",
@@ -154,10 +115,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from benchmarks.results_io import git_commit, machine, write_json, write_text
     from orchrm.data.ingest import ingest_traces
     from orchrm.data.pairs import build_pairs
-    from tests.fixtures.foreign_traces import make_tickets, traces_of
 
     torch.set_num_threads(1)
     tickets = make_tickets(args.tickets, seed=args.seed)
@@ -166,27 +125,26 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "seed": args.seed, "tickets": args.tickets, "runs": args.runs,
         "pairs": pairs.split.value_counts().to_dict(), "runs_out": [], "commit": git_commit(),
-        "command": " ".join(["python benchmarks/sweep_defaults.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.sweep_defaults", *(sys.argv[1:] if argv is None else argv)]),
     }
     earlier = {}
-    stem = Path(args.out).with_suffix(".json")
-    if args.reuse and stem.is_file():
-        old = json.loads(stem.read_text())
+    path = Path(args.out).with_suffix(".json")
+    if args.reuse and path.is_file():
+        old = json.loads(path.read_text())
         if (old["seed"], old["tickets"], old["runs"]) == (args.seed, args.tickets, args.runs):
             for r in old["runs_out"]:  # files written before every run named its patience ran at the file's
                 r["train"].setdefault("patience", old["patience"])
             earlier = {(r["name"], json.dumps(r["model"]), json.dumps(r["train"])): r for r in old["runs_out"]}
             result["commands"] = [*old.get("commands", [old["command"]]), result["command"]]
-    for run in runs:  # the files are rewritten after every run, so a stopped sweep keeps what it measured
+    for run in runs:  # the file is rewritten after every run, so a stopped sweep keeps what it measured
         key = (run.name, json.dumps(run.model), json.dumps(run.train))
         result["runs_out"].append(earlier[key] if key in earlier else run_one(run, pairs, tickets))
         r = result["runs_out"][-1]
         print(f"{r['name']:24s} true-pair {r['true_pair_accuracy']:.3f} test {r['test_pair_accuracy']:.3f} "
               f"val loss {r['best_val_loss']:.4f} epochs {r['epochs_run']} ({r['best_epoch']}) {r['seconds']:.0f} s", flush=True)
         result["machine"] = machine(torch=torch.__version__, threads=1)
-        write_json(Path(args.out).with_suffix(".json"), result)
-        write_text(Path(args.out).with_suffix(".md"), table(result))
-    print(table(result))
+        write_json(path, result)
+    print(f"wrote {path}")
     return 0
 
 

@@ -18,8 +18,8 @@ easy tasks where several plans always succeed) go to the cheaper plan, as a cost
 would choose. The ``strict`` columns count a shape (or the most expensive plan) for a task whenever
 it is among the tied best, which is the least favourable reading.
 
-    python benchmarks/bench_plan_choice.py            # all domains, 20 repeats
-    python benchmarks/bench_plan_choice.py --domains math --tasks 30
+    python -m benchmarks.plan_choice            # all domains, 20 repeats
+    python -m benchmarks.plan_choice --domains math --tasks 30
 """
 
 from __future__ import annotations
@@ -34,10 +34,14 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from results_io import command_line, provenance, use_sibling_data, write_json, write_text  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.common.results_io import (
+    RESULTS,
+    command_line,
+    provenance,
+    use_sibling_data,
+    write_json,
+)
+from benchmarks.common.targets import PLAN_CHOICE
 
 # tasks of these seeds were never looked at while the noise model was set
 HELD_OUT_SEED = 2026
@@ -111,7 +115,8 @@ def summarize_domain(results: list[dict], tol: float = 1e-9) -> dict:
         "distinct_best_shapes": len(best_shapes),
         "cot_small": round(sum(r["cot"]["small"] for r in results) / n, 3),
         "cot_large": round(sum(r["cot"]["large"] for r in results) / n, 3),
-        "passes": bool(100 * (oracle - mean_c) >= 15 and count / n <= 0.40 and priciest / n < 0.5),
+        "passes": bool(100 * (oracle - mean_c) >= PLAN_CHOICE.gap_points and count / n <= PLAN_CHOICE.top_shape_share
+                       and priciest / n < PLAN_CHOICE.priciest_best_share),
     }
 
 
@@ -124,15 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=HELD_OUT_SEED)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--no-real", action="store_true", help="skip the real data sets")
-    ap.add_argument("--out", default=str(RESULTS / "plan_choice.json"))
+    ap.add_argument("--out", type=Path, default=RESULTS / "plan_choice.json")
     args = ap.parse_args(argv)
     use_sibling_data()
 
     from orchrm.errors import TaskError
     from orchrm.execution.tasks import load_tasks
 
-    report: dict = {**provenance(command_line("benchmarks/bench_plan_choice.py", ap, args)), "repeats": args.repeats, "plans": args.plans, "seed": args.seed, "domains": {}}
-    rows = []
+    report: dict = {**provenance(command_line("benchmarks.plan_choice", ap, args)), "repeats": args.repeats, "plans": args.plans, "seed": args.seed, "domains": {}}
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn")) as pool:
         for domain in args.domains:
             sources = ["builtin"] + ([] if args.no_real or domain not in REAL_SOURCES else [REAL_SOURCES[domain]])
@@ -148,33 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                 summary = summarize_domain(results)
                 summary["seconds"] = round(time.perf_counter() - t0, 1)
                 report["domains"][f"{domain}:{source}"] = summary
-                rows.append((f"{domain}:{source}", summary))
                 print(f"{domain}:{source}: {json.dumps(summary)}", flush=True)
 
-    out = Path(args.out)
-    write_json(out, report)
-    md = [
-        f"# Plan choice in the sandbox (8 base-sampler candidates, {args.repeats} re-runs each, seed {args.seed})",
-        "",
-        "| domain:source | tasks | mean cand. | EQ oracle | gap (pts) | top shape share | strict | priciest best | strict | CoT small | CoT large | targets met |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, s in rows:
-        md.append(
-            f"| {name} | {s['tasks']} | {s['mean_candidate']:.3f} | {s['oracle']:.3f} | {s['gap_points']:.1f} | "
-            f"{s['top_shape_share']:.0%} | {s['top_shape_share_strict']:.0%} | {s['priciest_best_share']:.0%} | "
-            f"{s['priciest_among_tied_best_share']:.0%} | "
-            f"{s['cot_small']:.2f} | {s['cot_large']:.2f} | {'yes' if s['passes'] else 'no'} |"
-        )
-    md += [
-        "",
-        "Targets: gap >= 15 points; top shape share <= 40%; priciest best < 50% (ties to the cheaper plan;",
-        "the strict columns count every plan tied for best). Tasks: built-in generators at a seed never used",
-        "while the noise model was set, and the real data sets when present.",
-        "",
-    ]
-    write_text(out.with_suffix(".md"), "\n".join(md))
-    print("\n".join(md))
+    print(f"wrote {write_json(args.out, report)}")
     return 0
 
 

@@ -7,10 +7,10 @@ Two figures per domain, measured in one run:
 - ``parallel``: ``orchrm.execution.collect.collect`` with ``--workers`` processes, end to end (process
   start-up, task loading and building the DataFrame included).
 
-Targets (DESIGN / issue 2, on a 2-core machine): >= 200/s for math, multihop and webqa, >= 20/s
-for code.
+Targets (:data:`benchmarks.common.targets.COLLECT`, issue 2, on a 2-core machine): >= 200/s for
+math, multihop and webqa, >= 20/s for code.
 
-    python benchmarks/bench_collect.py
+    python -m benchmarks.collect            # writes results/collect.json
 """
 
 from __future__ import annotations
@@ -22,11 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from results_io import command_line, provenance, write_json, write_text  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
-TARGET = {"math": 200, "code": 20, "multihop": 200, "webqa": 200}
+from benchmarks.common.results_io import RESULTS, command_line, provenance, write_json
+from benchmarks.common.targets import COLLECT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,14 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plans", type=int, default=8)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", default=str(RESULTS / "collect.json"))
+    ap.add_argument("--out", type=Path, default=RESULTS / "collect.json")
     args = ap.parse_args(argv)
 
     from orchrm.execution.collect import collect, plans_for_task
     from orchrm.execution.executor import MultiAgentExecutor
     from orchrm.execution.tasks import load_tasks
 
-    report = {**provenance(command_line("benchmarks/bench_collect.py", ap, args)), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
+    report = {**provenance(command_line("benchmarks.collect", ap, args)), "workers": args.workers, "plans_per_task": args.plans, "domains": {}}
     for domain in args.domains:
         n = max(4, args.tasks // 3) if domain == "code" else args.tasks
         tasks = load_tasks(domain, n, seed=args.seed)
@@ -69,28 +66,12 @@ def main(argv: list[str] | None = None) -> int:
             "parallel_per_s": round(parallel, 1),
             "parallel_executions": executions,
             "parallel_wall_s": round(wall, 2),
-            "target_per_s": TARGET.get(domain),
-            "meets_target": parallel >= TARGET.get(domain, 0),
+            "target_per_s": COLLECT.per_second.get(domain),
+            "meets_target": parallel >= COLLECT.per_second.get(domain, 0),
         }
         print(domain, json.dumps(report["domains"][domain]), flush=True)
 
-    out = Path(args.out)
-    write_json(out, report)
-    md = [
-        f"# Collection speed ({report['machine']['cpus']} CPU cores, {args.workers} workers, {args.plans} plans per task)",
-        "",
-        f"Machine: {report['machine']['cpus']} CPUs ({report['machine']['cpu']}), load average "
-        f"{report['machine']['load_average'][0]} at the start.",
-        "",
-        "| domain | tasks | single process (plans/s) | parallel, end to end (plans/s) | target | met |",
-        "|---|---|---|---|---|---|",
-    ]
-    for d, r in report["domains"].items():
-        md.append(
-            f"| {d} | {r['tasks']} | {r['single_process_per_s']:.0f} | {r['parallel_per_s']:.0f} | {r['target_per_s']} | {'yes' if r['meets_target'] else 'no'} |"
-        )
-    write_text(out.with_suffix(".md"), "\n".join(md) + "\n")
-    print("\n".join(md))
+    print(f"wrote {write_json(args.out, report)}")
     return 0
 
 

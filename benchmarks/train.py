@@ -13,12 +13,12 @@ Reported: training pairs per second (pairs x epochs / training time; TRL's own `
 ours the time in training steps) and pairwise accuracy on the plan pairs of held-out test tasks,
 both models scored the same way. OrchRM runs twice: ``joint`` (the TRL input layout; the gain is
 batching by task so each distinct text is encoded once per step) and ``shared_prompt`` (the
-default: the question is also encoded once per step and the plans attend to it). Target: at least
-2x TRL's throughput at equal or better accuracy.
+default: the question is also encoded once per step and the plans attend to it). Target
+(:data:`benchmarks.common.targets.TRAIN`): at least 2x TRL's throughput at equal or better accuracy.
 
 Run niced on a shared machine (about 15-25 minutes on 2 cores)::
 
-    nice python benchmarks/bench_train.py            # writes results/train.{json,md}
+    nice python -m benchmarks.train            # writes results/train.json, keeping its "gpu" section
 """
 
 from __future__ import annotations
@@ -30,49 +30,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchrm.util.offline import apply_offline_env  # noqa: E402
+import pandas as pd
+import torch
 
-apply_offline_env()  # telemetry off, no downloads (orchrm/util/offline.env), before the libraries read them
+from benchmarks.common.plan_pairs import pairwise_accuracy, sample_tasks
+from benchmarks.common.results_io import RESULTS, command_line, provenance, write_json
+from benchmarks.common.steps import pair_table
+from benchmarks.common.targets import TRAIN
+from orchrm.config import CollectConfig
+
 os.environ.setdefault("WANDB_DISABLED", "true")
-
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_accuracy import sandbox_pairs  # noqa: E402
-from results_io import command_line, cpu_model, provenance, write_json, write_text  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
-TARGET_SPEEDUP = 2.0
-
-
-def select(pairs: pd.DataFrame, train_tasks: int, test_tasks: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Plan-level pairs of a seeded sample of training tasks (balanced over domains) and of test tasks."""
-    rng = np.random.default_rng(seed)
-    plan = pairs[pairs["granularity"] == "plan"]
-
-    def sample(split: str, n: int) -> pd.DataFrame:
-        rows = plan[plan["split"] == split]
-        domains = sorted(rows["domain"].unique())
-        keep = []
-        for d in domains:
-            tasks = np.array(sorted(rows.loc[rows["domain"] == d, "task_id"].unique()))
-            keep += list(rng.permutation(tasks)[: n // len(domains)])
-        return rows[rows["task_id"].isin(keep)].reset_index(drop=True)
-
-    train = sample("train", train_tasks).assign(split="train")
-    return train, sample("test", test_tasks)
-
-
-def pairwise_accuracy(score, test: pd.DataFrame) -> float:
-    """Accuracy of ``score(prompts, actions) -> np.ndarray`` on ``test``: the share of pairs whose
-    chosen text scores above the rejected one, each distinct text scored once
-    (``orchrm.evaluation.score_pairs``)."""
-    from orchrm.evaluation.metrics import score_pairs
-
-    r_c, r_r = score_pairs(score, test)
-    return float((r_c > r_r).mean())
 
 
 def run_orchrm(train: pd.DataFrame, test: pd.DataFrame, args, architecture: str) -> dict:
@@ -147,7 +114,8 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    train, test = select(sandbox_pairs(args.tasks, 8, args.seed), args.train_tasks, args.test_tasks, args.seed)
+    collection = CollectConfig(tasks_per_domain=args.tasks, plans_per_task=8, seed=args.seed)
+    train, test = sample_tasks(pair_table(collection).frame, args.train_tasks, args.test_tasks, args.seed)
     print(f"{len(train)} training pairs ({train['task_id'].nunique()} tasks), {len(test)} test pairs "
           f"({test['task_id'].nunique()} tasks); torch threads {torch.get_num_threads()}", file=sys.stderr)
     rows = []
@@ -165,34 +133,17 @@ def main() -> int:
     best = rows[-1]
     result = {
         "benchmark": "OrchRM Trainer vs TRL RewardTrainer, MiniLM, CPU fp32",
-        **provenance(command_line("benchmarks/bench_train.py", ap, args), torch=torch.__version__,
+        **provenance(command_line("benchmarks.train", ap, args), torch=torch.__version__,
                      torch_threads=torch.get_num_threads()),
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "train_pairs": len(train), "train_tasks": int(train["task_id"].nunique()),
         "test_pairs": len(test), "test_tasks": int(test["task_id"].nunique()),
-        "target": {"speedup": TARGET_SPEEDUP, "accuracy": "equal or better"},
-        "default_meets_target": best["speedup_vs_trl"] >= TARGET_SPEEDUP and best["accuracy_minus_trl"] >= 0,
+        "target": {"speedup": TRAIN.speedup, "accuracy": "equal or better"},
+        "default_meets_target": best["speedup_vs_trl"] >= TRAIN.speedup and best["accuracy_minus_trl"] >= 0,
         "rows": rows,
     }
-    write_json(args.out / "train.json", result)
-    lines = [
-        "# Training: OrchRM Trainer vs TRL RewardTrainer (MiniLM, CPU, fp32)",
-        "",
-        f"{len(train)} plan-level training pairs from {result['train_tasks']} sandbox tasks, {args.epochs} epochs, "
-        f"{args.batch_size} pairs per step, lr {args.lr}, max_length {args.max_length}; accuracy on "
-        f"{len(test)} pairs of {result['test_tasks']} held-out test tasks. {os.cpu_count()} CPUs ({cpu_model()}) shared with other "
-        f"jobs (load average at the end {os.getloadavg()[0]:.1f}).",
-        "",
-        "| trainer | pairs/s | speed-up vs TRL | train s | test accuracy | vs TRL |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(f"| {r['method']} | {r['pairs_per_second']:.2f} | {r['speedup_vs_trl']:.2f}x | "
-                     f"{r['train_seconds']:.0f} | {r['test_accuracy']:.3f} | {r['accuracy_minus_trl']:+.3f} |")
-    lines += ["", f"Target (default `shared_prompt`): >= {TARGET_SPEEDUP:.0f}x TRL's pairs/s at equal or better accuracy: "
-              f"**{'met' if result['default_meets_target'] else 'not met'}**."]
-    write_text(args.out / "train.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    # the GPU section is measured by benchmarks.gpu_train on another machine: a CPU rerun keeps it
+    print(f"wrote {write_json(args.out / 'train.json', result, keep=('gpu',))}")
     return 0
 
 

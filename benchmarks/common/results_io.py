@@ -1,8 +1,8 @@
-"""Writing a benchmark's results files: each written whole or not at all (a crash leaves the old file).
+"""Writing a benchmark's results file: written whole or not at all (a crash leaves the old file).
 
 Every results JSON carries :func:`provenance` at its top level: the ``command`` that reproduces it,
-the ``commit`` it was measured at and the ``machine`` it ran on. ``benchmarks/report.py`` quotes
-all three in ``docs/results.md``.
+the ``commit`` it was measured at and the ``machine`` it ran on; :mod:`benchmarks.render` quotes
+all three on the benchmark's page and in ``docs/results.md``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from orchrm.util.fileio import atomic_write_bytes
-from orchrm.util.offline import apply_offline_env
 
-# telemetry off, no downloads (orchrm/util/offline.env) in every benchmark that imports this module; the
-# scripts that import a library reading these settings before this module call it first themselves
-apply_offline_env()
+ROOT = Path(__file__).resolve().parents[2]
+#: where every benchmark writes ``<name>.json`` (and the renderer ``<name>.md`` beside it)
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def cpu_model() -> str:
@@ -37,7 +36,7 @@ def cpu_model() -> str:
 def use_sibling_data() -> None:
     """Read the real data sets from a ``shared/data`` folder beside the project when
     ``$ORCHRM_DATA_DIR`` is unset (the layout of this project's checkouts)."""
-    sibling = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    sibling = ROOT.parent / "shared" / "data"
     if "ORCHRM_DATA_DIR" not in os.environ and sibling.is_dir():
         os.environ["ORCHRM_DATA_DIR"] = str(sibling)
 
@@ -56,26 +55,25 @@ def machine(**extra: Any) -> dict[str, Any]:
 
 def git_commit() -> str:
     """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
-    root = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+dirty" if dirty else "")
 
 
-def command_line(script: str, parser: argparse.ArgumentParser, args: argparse.Namespace, *,
-                 skip: tuple[str, ...] = ("out", "render")) -> str:
-    """``python <script>`` and every option of ``args`` that differs from ``parser``'s default
+def command_line(module: str, parser: argparse.ArgumentParser, args: argparse.Namespace, *,
+                 skip: tuple[str, ...] = ("out",)) -> str:
+    """``python -m <module>`` and every option of ``args`` that differs from ``parser``'s default
     (``skip``: options that only say where to write).
 
     >>> ap = argparse.ArgumentParser(); _ = ap.add_argument("--tasks", type=int, default=3)
     >>> _ = ap.add_argument("--no-real", action="store_true")
-    >>> command_line("benchmarks/bench_x.py", ap, ap.parse_args(["--tasks", "5", "--no-real"]))
-    'python benchmarks/bench_x.py --tasks 5 --no-real'
+    >>> command_line("benchmarks.collect", ap, ap.parse_args(["--tasks", "5", "--no-real"]))
+    'python -m benchmarks.collect --tasks 5 --no-real'
     """
-    parts = [f"python {script}"]
+    parts = [f"python -m {module}"]
     for key, value in vars(args).items():
         if key in skip or value == parser.get_default(key):
             continue
@@ -95,11 +93,34 @@ def provenance(command: str, **machine_extra: Any) -> dict[str, Any]:
     return {"command": command, "commit": git_commit(), "machine": machine(**machine_extra)}
 
 
+def shown_path(path: str | Path) -> str:
+    """``path`` as a results file records it: from the project's root when inside it (a results
+    file names no folder of the machine it ran on)."""
+    path = Path(path).resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.as_posix()
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """``text`` to ``path`` (parent folders made) through a temporary file moved into place."""
     return atomic_write_bytes(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def write_json(path: str | Path, data: Any) -> Path:
-    """``data`` as indented JSON (values JSON lacks written as strings), atomically."""
-    return write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+def _read_object(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_json(path: str | Path, data: dict[str, Any], *, keep: tuple[str, ...] = ()) -> Path:
+    """``data`` as indented JSON (values JSON lacks written as strings), atomically. The top-level
+    sections named in ``keep`` that the file already there holds and ``data`` lacks are carried
+    over: a section another script measures (``train.json``'s ``gpu``) survives a rerun."""
+    path = Path(path)
+    old = _read_object(path) if keep else {}
+    kept = {k: old[k] for k in keep if k in old and k not in data}
+    return write_text(path, json.dumps({**data, **kept}, indent=2, default=str) + "\n")
+
+
+def write_section(path: str | Path, key: str, section: Any) -> Path:
+    """The results file at ``path`` with its top-level ``key`` set to ``section`` and every other
+    key left as it was (a missing file starts empty), atomically."""
+    path = Path(path)
+    return write_json(path, {**_read_object(path), key: section})

@@ -35,15 +35,16 @@ collection tokens: the intermediate point with the most tokens at or below 1/5 o
 correct-over-incorrect budget must score at least that budget's quality (paired difference and its
 interval over tasks reported beside it).
 
-    nice python benchmarks/bench_token_efficiency.py          # results/token_efficiency.{json,md,png}
-    nice python benchmarks/bench_token_efficiency.py --tasks 2 5 --branch-tasks 1 2 --ablation-tasks \\
-        --pool-tasks 5 --repeats 2 --out /tmp/te                  # a quick look
+The two collections and the pool are cached under ``.orchrm/bench`` (:mod:`benchmarks.common.steps`).
+
+    nice python -m benchmarks.token_efficiency          # writes results/token_efficiency.json
+    nice python -m benchmarks.token_efficiency --tasks 2 5 --branch-tasks 1 2 --ablation-tasks \\
+        --pool-tasks 5 --repeats 2 --out /tmp/te        # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import tempfile
@@ -53,15 +54,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).parent))
-from results_io import command_line, machine, provenance, write_json, write_text  # noqa: E402
+from benchmarks.common import steps
+from benchmarks.common.results_io import RESULTS, command_line, machine, provenance, write_json
+from benchmarks.common.targets import TOKEN_EFFICIENCY
 
-from orchrm.util.fileio import atomic_write_bytes  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
-N = 5  # best-of-N read for the primary figure
-FRACTION = 1 / 5  # the target's token fraction
-MIN_PAIR_VISITS = 4800  # 150 optimiser steps of 32 pairs
+N = TOKEN_EFFICIENCY.n  # best-of-N read for the primary figure
+FRACTION = TOKEN_EFFICIENCY.fraction  # the target's token fraction
+MIN_PAIR_VISITS = TOKEN_EFFICIENCY.min_pair_visits  # 150 optimiser steps of 32 pairs
 HELD_OUT_MARGIN = 0.1  # expected-quality gap of a held-out plan pair
 SOURCES = {  # label -> (collection mode, pair source, intermediate action)
     "correct-over-incorrect": ("full", "correct-over-incorrect", "node"),
@@ -225,174 +224,6 @@ def target(curve: list[dict], per_task: dict[tuple[str, int], pd.Series], bootst
             **{k: v for k, v in main.items() if k != "met"}, "against_every_budget": checks}
 
 
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    styles = {"correct-over-incorrect": ("C0", "o", "-"), "intermediate": ("C3", "s", "-"),
-              "intermediate (node content)": ("C2", "^", "--")}
-    for k, (source, (color, marker, line)) in enumerate(styles.items()):
-        rows = sorted([r for r in result["curve"] + result["ablation"] if r["source"] == source], key=lambda r: r["collection_tokens"])
-        if not rows:
-            continue
-        x = [r["collection_tokens"] * (1 + 0.04 * k) for r in rows]  # nudged apart where budgets coincide
-        y = np.array([r["quality"] for r in rows])
-        err = np.array([[r["quality"] - r["ci_low"] for r in rows], [r["ci_high"] - r["quality"] for r in rows]])
-        ax.errorbar(x, y, yerr=err, color=color, marker=marker, linestyle=line, capsize=3, label=source)
-    refs = result["references"]
-    for name, label, style in (("random", "random plan", ":"), ("cost_only", f"cost-only, best-of-{N}", "-."),
-                               ("expected_oracle", f"expected oracle, best-of-{N}", "--")):
-        ax.axhline(refs[name], color="grey", linestyle=style, linewidth=1)
-        ax.text(0.01, refs[name], label, transform=ax.get_yaxis_transform(), va="bottom", fontsize=8, color="grey")
-    ax.set_xscale("log")
-    ax.set_xlabel("collection tokens (prompt + completion)")
-    ax.set_ylabel(f"best-of-{N} expected quality (held-out)")
-    ax.set_title("Held-out plan selection vs collection tokens (95% intervals over tasks)")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    atomic_write_bytes(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    plt.close(fig)
-
-
-def reading(r: dict) -> list[str]:
-    """What the curve says, in figures computed from it (so a rerun rewrites them)."""
-    curve, refs = r["curve"], r["references"]
-    by = {s: sorted((x for x in curve if x["source"] == s), key=lambda x: x["collection_tokens"])
-          for s in ("correct-over-incorrect", "intermediate")}
-    if not all(by.values()):
-        return []
-    coi, inter = by["correct-over-incorrect"], by["intermediate"]
-    span = lambda rows, k: f"{min(x[k] for x in rows):.3f} to {max(x[k] for x in rows):.3f}"  # noqa: E731
-    low, high = max(x["ci_low"] for x in curve), min(x["ci_high"] for x in curve)
-    out = ["## Reading", "",
-           f"- Best-of-{N} expected quality: correct-over-incorrect {span(coi, 'quality')}, intermediate "
-           f"{span(inter, 'quality')} across their budgets"
-           + (f"; every 95% interval of both curves contains {low:.3f} to {high:.3f}, so these single-seed curves do not "
-              "resolve a rise with the budget, nor a gap between the sources. " if low <= high else ". ")
-           + f"The cost-only selector scores {refs['cost_only']:.3f} on the same pool, a random plan {refs['random']:.3f}."]
-    ref = coi[-1]
-    reach = next((x for x in inter if x["pairwise_accuracy"] >= ref["pairwise_accuracy"]), None)
-    line = (f"- Held-out pairwise accuracy: correct-over-incorrect {span(coi, 'pairwise_accuracy')}, intermediate "
-            f"{span(inter, 'pairwise_accuracy')}.")
-    if reach:
-        line += (f" Intermediate pairs from {reach['collection_tokens']:,} tokens ({reach['tasks_per_domain']} task(s) per "
-                 f"domain, {100 * reach['collection_tokens'] / ref['collection_tokens']:.1f}% of the largest "
-                 f"correct-over-incorrect budget) score {reach['pairwise_accuracy']:.3f} "
-                 f"[{reach['pairwise_ci_low']:.3f}, {reach['pairwise_ci_high']:.3f}], at least that budget's "
-                 f"{ref['pairwise_accuracy']:.3f} [{ref['pairwise_ci_low']:.3f}, {ref['pairwise_ci_high']:.3f}]: on this "
-                 "secondary figure the 1/5 target would be met (point estimates, overlapping intervals).")
-    out.append(line)
-    for a in r.get("ablation", []):
-        twin = next((x for x in inter if x["tasks_per_domain"] == a["tasks_per_domain"]), None)
-        if twin:
-            out.append(f"- Node-content actions at {a['tasks_per_domain']} task(s) per domain: quality {a['quality']:.3f} and "
-                       f"pairwise {a['pairwise_accuracy']:.3f} in {a['train_seconds']:.0f} s of training, against "
-                       f"{twin['quality']:.3f} and {twin['pairwise_accuracy']:.3f} in {twin['train_seconds']:.0f} s for "
-                       "plan-prefix actions on the same artifacts.")
-    return [*out, ""]
-
-
-def end_load(r: dict) -> str:
-    end = r.get("machine_at_end")
-    return f", {end['load_average'][0]} at the end" if end else ""
-
-
-def markdown(r: dict) -> str:
-    s, t, refs = r["settings"], r["target"], r["references"]
-    lines = [
-        "# Token efficiency: intermediate (prefix) pairs vs correct-over-incorrect pairs",
-        "",
-        f"Generated by `{r['command']}` at commit `{r['commit']}` in {r['seconds']['total'] / 60:.1f} min "
-        f"({r['machine']['cpus']} CPU cores, {r['machine']['cpu']}, shared; load average {r['machine']['load_average'][0]} "
-        f"at the start{end_load(r)}; {r['machine']['torch_threads']} torch thread). Numbers are measured, not targets.",
-        "",
-        "## Method",
-        "",
-        f"- **correct-over-incorrect**: `collect(mode=\"full\")`, {s['plans_per_task']} plans per task (half base, half "
-        "specialized sampler) run to their final answers; pairs of final artifacts, actions the plan texts.",
-        f"- **intermediate**: `collect(mode=\"branch\", branches={s['branches']}, branch_depth=0)`: per task "
-        f"{s['branches']} plans with distinct first steps, the same samplers and shares, only the first step (the depth-0 "
-        "nodes) run; pairs of two first steps of one task labelled by their intermediate artifacts' quality, actions "
-        "the steps as plans of their own (`pairs.intermediate_action: plan_prefix`), prompt the question.",
-        "- **intermediate (node content)**, an ablation: the same branch collections, default node actions (the "
-        "`<agent .../>` line plus the agent's output, which a plan scorer never sees), at a few budgets.",
-        f"- Budgets: the first T tasks per domain of one collection (seed {s['collect_seed']}, 4 domains); "
-        "`collection tokens` = every prompt + completion token that collection spent on them.",
-        "- Training: the default scratch model (`ModelConfig()`: 256 wide, 3 layers, lr 3e-4, batch 32), "
-        f"ceil({MIN_PAIR_VISITS} / training pairs) epochs clamped to [4, 20] (at least 150 steps), early stopping with "
-        "patience 3 on the validation tasks' loss (10% of tasks by hash), 1 torch thread, model seed "
-        f"{s['model_seed']}; all pairs of a budget, no per-task cap.",
-        f"- Held-out: `orchrm.evaluation.build_pool`, seed {s['seed']}, {s['pool_tasks']} tasks per domain "
-        f"({s['pool_tasks_total']} tasks), {s['candidates']} base-sampler candidates, pool seeds {s['pool_seeds']}, "
-        f"{s['repeats']} re-runs per candidate. **quality** = best-of-{N} expected quality of the reward model's pick "
-        "(mean over tasks and pool seeds; 95% bootstrap interval over tasks). **pairwise** = accuracy on "
-        f"{s['held_out_pairs']} held-out plan pairs of the pool (expected qualities at least {HELD_OUT_MARGIN} apart).",
-        f"- References on this pool, best-of-{N}: random plan {refs['random']:.3f}, cost-only {refs['cost_only']:.3f}, "
-        f"length-only {refs['length_only']:.3f}, expected oracle {refs['expected_oracle']:.3f}.",
-        "",
-        "## Curve",
-        "",
-        "| source | tasks/domain | collection tokens | pairs | epochs run | train s | quality [95% CI] | pairwise [95% CI] | gap closed |",
-        "|---|---:|---:|---:|---:|---:|---|---|---:|",
-    ]
-    for row in sorted(r["curve"] + r["ablation"], key=lambda x: (x["source"], x["collection_tokens"])):
-        lines.append(
-            f"| {row['source']} | {row['tasks_per_domain']} | {row['collection_tokens']:,} | {row['pairs']:,} | "
-            f"{row['epochs_run']} | {row['train_seconds']:.0f} | {row['quality']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}] | "
-            f"{row['pairwise_accuracy']:.3f} [{row['pairwise_ci_low']:.3f}, {row['pairwise_ci_high']:.3f}] | {row['gap_closed']:.2f} |"
-        )
-    lines += ["", "![quality vs collection tokens](token_efficiency.png)", "", *reading(r), "## Target", ""]
-    if t.get("intermediate_tokens") is None:
-        lines.append(f"**Not met**: {t.get('note', 'no intermediate point')}.")
-    else:
-        verdict = "met" if t["met"] else "not met"
-        lines.append(
-            f"Intermediate pairs reach the held-out quality of full-rollout pairs with at most 1/5 of the collection tokens: "
-            f"**{verdict}**. Correct-over-incorrect at {t['reference_tasks_per_domain']} tasks/domain "
-            f"({t['reference_tokens']:,} tokens) scores {t['reference_quality']:.3f}; intermediate at "
-            f"{t['intermediate_tasks_per_domain']} tasks/domain ({t['intermediate_tokens']:,} tokens, "
-            f"{100 * t['token_fraction']:.1f}% of them) scores {t['intermediate_quality']:.3f}: a paired difference of "
-            f"{t['difference']:+.3f} [95% CI {t['difference_ci_low']:+.3f}, {t['difference_ci_high']:+.3f}] over held-out tasks."
-        )
-    lines += ["", "The same check against every correct-over-incorrect budget:", "",
-              "| c-o-i tasks/domain | c-o-i tokens | c-o-i quality | intermediate tasks/domain | tokens (share) | quality | difference [95% CI] | reached |",
-              "|---:|---:|---:|---:|---:|---:|---|---|"]
-    for c in t["against_every_budget"]:
-        if c.get("intermediate_tokens") is None:
-            lines.append(f"| {c.get('reference_tasks_per_domain', '-')} | {c['reference_tokens']:,} | {c['reference_quality']:.3f} | - | - | - | - | no |")
-            continue
-        lines.append(
-            f"| {c['reference_tasks_per_domain']} | {c['reference_tokens']:,} | {c['reference_quality']:.3f} | "
-            f"{c['intermediate_tasks_per_domain']} | {c['intermediate_tokens']:,} ({100 * c['token_fraction']:.0f}%) | "
-            f"{c['intermediate_quality']:.3f} | {c['difference']:+.3f} [{c['difference_ci_low']:+.3f}, {c['difference_ci_high']:+.3f}] | "
-            f"{'yes' if c['met'] else 'no'} |"
-        )
-    pc = r["pair_counts"]
-    lines += [
-        "",
-        f"## Pair counts per {s['count_tasks']} tasks per domain",
-        "",
-        f"Before: a full collection ({s['plans_per_task']} plans per task), node pairs whose two artifacts are both below "
-        "the sink (the prefix pairs of benchmarks/results/pairs.md), and every node pair. After: the branch collection, "
-        "plan-prefix pairs (all; and those whose two artifacts are neither final, i.e. not a one-step plan's answer) "
-        "and node-action pairs. Tokens per pair: the whole collection's tokens over its pairs.",
-        "",
-        "| domain | before: prefix pairs | before: all node pairs | c-o-i pairs | c-o-i tokens/pair | after: plan-prefix pairs | of them neither final | after: node pairs | after tokens/pair |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for d, c in pc.items():
-        lines.append(
-            f"| {d} | {c['before_prefix_pairs']} | {c['before_intermediate_pairs_all_depths']} | {c['correct_over_incorrect_pairs']} | "
-            f"{c['correct_over_incorrect_tokens_per_pair']:,.0f} | {c['after_plan_prefix_pairs']} | "
-            f"{c['after_plan_prefix_pairs_neither_final']} | {c['after_node_pairs']} | {c['after_tokens_per_pair']:,.0f} |"
-        )
-    lines += ["", "## Command", "", f"    nice {r['command']}", ""]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, nargs="+", default=[2, 5, 10, 20, 40],
@@ -415,47 +246,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--workers", type=int, default=1, help="collection and pool worker processes")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
-                    help="only rewrite token_efficiency.md and .png in --out from an existing token_efficiency.json")
     args = ap.parse_args(argv)
-    if args.render:
-        result = json.loads(args.render.read_text())
-        write_text(args.out / "token_efficiency.md", markdown(result))
-        plot(result, args.out / "token_efficiency.png")
-        return 0
     started = time.perf_counter()
 
     import torch
 
-    from orchrm.config import CollectConfig, EvaluateConfig, PairsConfig, PipelineConfig
+    from orchrm.config import CollectConfig, EvaluateConfig, PairsConfig
     from orchrm.data.pairs import PairwiseComparator
-    from orchrm.evaluation.pool import build_pool
-    from orchrm.execution.collect import collect
 
     torch.set_num_threads(args.threads)
     # the commit and command of the code that runs, taken before the (long) run
-    origin = provenance(command_line("benchmarks/bench_token_efficiency.py", ap, args), torch=torch.__version__,
+    origin = provenance(command_line("benchmarks.token_efficiency", ap, args), torch=torch.__version__,
                         torch_threads=torch.get_num_threads())
     largest = max([*args.tasks, *args.branch_tasks, *args.ablation_tasks, args.count_tasks])
     evaluate_cfg = EvaluateConfig(tasks_per_domain=args.pool_tasks, candidates=args.candidates, best_of=(1, N),
                                   pool_seeds=tuple(args.pool_seeds), repeats=args.repeats, seed=args.seed,
                                   bootstrap=args.bootstrap, gates={"best_of": N})
-    config = PipelineConfig(collect=CollectConfig(tasks_per_domain=largest, plans_per_task=args.plans, seed=args.collect_seed),
-                            evaluate=evaluate_cfg)
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    pool = build_pool(config, progress=False, workers=args.workers)
-    seconds["pool"] = round(time.perf_counter() - t0, 1)
+    full = CollectConfig(tasks_per_domain=largest, plans_per_task=args.plans, seed=args.collect_seed, workers=args.workers)
+    branch = CollectConfig(tasks_per_domain=largest, seed=args.collect_seed, workers=args.workers, mode="branch",
+                           branches=args.branches, branch_depth=0)
+    built = steps.held_out_pool(evaluate_cfg, full)
+    pool = built.pool
     held_out = held_out_pairs(pool)
-    print(f"pool: {pool.tasks} tasks in {seconds['pool']} s; {len(held_out)} held-out plan pairs", file=sys.stderr, flush=True)
-
-    common = dict(domains=config.collect.domains, tasks_per_domain=largest, seed=args.collect_seed, workers=args.workers, progress=False)
-    t0 = time.perf_counter()
-    tables = {"full": collect(plans_per_task=args.plans, **common)}
-    seconds["collect_full"] = round(time.perf_counter() - t0, 1)
-    t0 = time.perf_counter()
-    tables["branch"] = collect(mode="branch", branches=args.branches, branch_depth=0, **common)
-    seconds["collect_branch"] = round(time.perf_counter() - t0, 1)
+    print(f"pool: {pool.tasks} tasks; {len(held_out)} held-out plan pairs", file=sys.stderr, flush=True)
+    collections = {"full": steps.collected(full), "branch": steps.collected(branch)}
+    tables = {mode: c.frame() for mode, c in collections.items()}
+    seconds: dict[str, float] = {"pool": round(built.seconds, 1), "collect_full": round(collections["full"].seconds, 1),
+                                 "collect_branch": round(collections["branch"].seconds, 1)}
     print(f"collected {len(tables['full'])} full and {len(tables['branch'])} branch artifacts", file=sys.stderr, flush=True)
 
     budgets = {"correct-over-incorrect": args.tasks, "intermediate": args.branch_tasks,
@@ -501,11 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": target(rows["curve"], per_task, args.bootstrap),
         "pair_counts": counts,
     }
-    out = args.out
-    write_json(out / "token_efficiency.json", result)
-    write_text(out / "token_efficiency.md", markdown(result))
-    plot(result, out / "token_efficiency.png")
-    print((out / "token_efficiency.md").read_text())
+    print(f"wrote {write_json(args.out / 'token_efficiency.json', result)}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Serving from the registry: what loading the champion costs, and what the pyfunc adds to scoring.
 
-Two measurements (issue 15), written to ``benchmarks/results/registry.json`` and ``registry.md``:
+Two measurements (issue 15), written to ``benchmarks/results/registry.json``:
 
 1. **Cold start**: a fresh Python process imports OrchRM, loads ``models:/orchrm-reward@champion``
    from a SQLite registry and scores the first 8 candidate plans of one question. Timed from
@@ -8,7 +8,8 @@ Two measurements (issue 15), written to ``benchmarks/results/registry.json`` and
    processes.
 2. **Pyfunc throughput**: the registered MLflow pyfunc's ``predict`` on a DataFrame of 10,000
    (prompt, action) rows, beside ``model.score`` on the same rows in the same process (calls
-   alternating, best of ``--reps``). Target: the pyfunc within 1.2x of ``model.score``.
+   alternating, best of ``--reps``). Target (:data:`benchmarks.common.targets.REGISTRY`): the pyfunc
+   within 1.2x of ``model.score``.
 
 The model is the default architecture (``configs/default.yaml``'s model section) with its tokenizer
 fitted on the benchmark's texts and untrained weights: speed does not depend on the weights. The
@@ -16,7 +17,7 @@ candidates are plans the base orchestrator samples for the built-in tasks.
 
 Run niced on a shared machine::
 
-    nice python benchmarks/bench_registry.py         # writes results/registry.{json,md}
+    nice python -m benchmarks.registry         # writes results/registry.json
 """
 
 from __future__ import annotations
@@ -31,21 +32,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchrm.util.offline import apply_offline_env  # noqa: E402
+import torch
 
-apply_offline_env()  # telemetry off, no downloads, before MLflow and transformers read them
+from benchmarks.common.candidates import questions_with_plans
+from benchmarks.common.results_io import RESULTS, ROOT, command_line, provenance, write_json
+from benchmarks.common.targets import REGISTRY
 
-import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency import questions_with_plans  # noqa: E402
-from results_io import command_line, cpu_model, provenance, write_json, write_text  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).parent / "results"
 ROWS = 10_000
 COLD_CANDIDATES = 8
-TARGET_RATIO = 1.2
 
 # run in a fresh interpreter: the cold start of a process that serves the champion
 COLD = """
@@ -98,10 +92,6 @@ def cold_start(uri: str, case: dict, threads: int) -> dict:
     return {"wall_s": wall, **inner}
 
 
-def runs(colds: list[dict], key: str, digits: int = 2) -> str:
-    return ", ".join(f"{c[key]:.{digits}f}" for c in colds)
-
-
 def best_of(fn, reps: int) -> float:
     times = []
     for _ in range(reps):
@@ -130,17 +120,16 @@ def main() -> int:
 
     cases = questions_with_plans(args.tasks, 64, seed=7)
     model = BradleyTerryModel(config=load_config(ROOT / "configs" / "default.yaml").model)
-    model.fit_tokenizer([q for q, _ in cases] + [p for _, plans in cases for p in plans])
+    model.fit_tokenizer([c.question for c in cases] + [p for c in cases for p in c.plans])
     model.eval()
-    prompts = [q for q, plans in cases for _ in plans]
-    actions = [p for _, plans in cases for p in plans]
+    prompts = [c.question for c in cases for _ in c.plans]
+    actions = [p for c in cases for p in c.plans]
     reps = -(-ROWS // len(actions))
     frame = pd.DataFrame({"prompt": (prompts * reps)[:ROWS], "action": (actions * reps)[:ROWS]})
 
     with tempfile.TemporaryDirectory(prefix="bench-registry-") as tmp:
         uri, model_uri = registry_with_champion(Path(tmp), model)
-        question, plans = cases[0]
-        case = {"question": question, "plans": plans[:COLD_CANDIDATES]}
+        case = {"question": cases[0].question, "plans": list(cases[0].plans[:COLD_CANDIDATES])}
         colds = []
         for i in range(args.cold):
             colds.append(cold_start(uri, case, args.threads))
@@ -158,14 +147,12 @@ def main() -> int:
 
     med = {k: statistics.median(c[k] for c in colds) for k in ("wall_s", "import_s", "mlflow_import_s", "load_s", "score_s")}
     ratio = min(pyfunc_s) / min(score_s)
-    met = ratio <= TARGET_RATIO
     cfg = model.config
     name = f"default ({cfg.encoder} {cfg.hidden_dim}x{cfg.num_layers}, {cfg.architecture})"
-    threads = torch.get_num_threads()
-    write_json(args.out / "registry.json", {
+    path = write_json(args.out / "registry.json", {
         "benchmark": "loading the champion from the registry (cold process) and the pyfunc's scoring throughput",
-        **provenance(command_line("benchmarks/bench_registry.py", ap, args), torch=torch.__version__, torch_threads=threads,
-                     mlflow=mlflow.__version__),
+        **provenance(command_line("benchmarks.registry", ap, args), torch=torch.__version__,
+                     torch_threads=torch.get_num_threads(), mlflow=mlflow.__version__),
         "model": name,
         "cold_start": {"candidates": COLD_CANDIDATES, "processes": colds, "median": med},
         "throughput": {
@@ -173,38 +160,9 @@ def main() -> int:
             "model_score_rows_per_s": ROWS / min(score_s), "pyfunc_rows_per_s": ROWS / min(pyfunc_s),
             "pyfunc_over_score": ratio, "identical_rewards": bool(same),
         },
-        "target": {"pyfunc_over_score": TARGET_RATIO, "met": met},
+        "target": {"pyfunc_over_score": REGISTRY.pyfunc_over_score, "met": ratio <= REGISTRY.pyfunc_over_score},
     })
-    lines = [
-        "# Serving from the registry: cold load of the champion, pyfunc throughput",
-        "",
-        f"Model: {name}, untrained weights (speed does not depend on them); PyTorch on {threads} thread(s). "
-        f"Machine: {os.cpu_count()} CPUs ({cpu_model()}), shared with other jobs (load average at the end "
-        f"{os.getloadavg()[0]:.1f}). Command: `python benchmarks/bench_registry.py`.",
-        "",
-        f"## Cold start: new process, `load_reward_model(\"models:/orchrm-reward@champion\")` (SQLite registry), "
-        f"score {COLD_CANDIDATES} candidates",
-        "",
-        "| | median s | runs |",
-        "|---|---:|---|",
-        f"| process start to exit | {med['wall_s']:.2f} | {runs(colds, 'wall_s')} |",
-        f"| import torch, transformers' BERT, orchrm | {med['import_s']:.2f} | {runs(colds, 'import_s')} |",
-        f"| import mlflow | {med['mlflow_import_s']:.2f} | {runs(colds, 'mlflow_import_s')} |",
-        f"| open the store, resolve the alias, download, load the model | {med['load_s']:.2f} | {runs(colds, 'load_s')} |",
-        f"| first score of {COLD_CANDIDATES} plans | {med['score_s']:.3f} | {runs(colds, 'score_s', 3)} |",
-        "",
-        f"## Throughput on {ROWS:,} (prompt, action) rows ({len(cases)} distinct questions, their sampled plans)",
-        "",
-        "| scorer | best s | rows/s | calls (s) |",
-        "|---|---:|---:|---|",
-        f"| `model.score(prompts, actions)` | {min(score_s):.2f} | {ROWS / min(score_s):,.0f} | {', '.join(f'{s:.2f}' for s in score_s)} |",
-        f"| `pyfunc.predict(DataFrame)` (`mlflow.pyfunc.load_model`) | {min(pyfunc_s):.2f} | {ROWS / min(pyfunc_s):,.0f} | {', '.join(f'{s:.2f}' for s in pyfunc_s)} |",
-        "",
-        f"Pyfunc / model.score = {ratio:.3f}x (target <= {TARGET_RATIO}x: {'met' if met else 'not met'}); "
-        f"rewards identical: {'yes' if same else 'no'}.",
-    ]
-    write_text(args.out / "registry.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(f"wrote {path}")
     return 0
 
 

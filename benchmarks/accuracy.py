@@ -9,36 +9,28 @@ and a bootstrap 95% interval over test tasks. For context it also reports two ba
 no learning: *length* (the longer plan text wins) and *cost* (the plan with more agent calls and
 the large tier wins) -- what a "more compute is better" rule scores on the same pairs.
 
-Run niced on a shared machine (collection is cached under ``.orchrm/bench``)::
+Run niced on a shared machine (collection and pairs are cached under ``.orchrm/bench``:
+:mod:`benchmarks.common.steps`)::
 
-    nice python benchmarks/bench_accuracy.py                      # writes results/accuracy.{json,md}
-    nice python benchmarks/bench_accuracy.py --encoders scratch,scratch-joint,minilm-frozen
+    nice python -m benchmarks.accuracy                      # writes results/accuracy.json
+    nice python -m benchmarks.accuracy --encoders scratch,scratch-joint,minilm-frozen
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import re
 import sys
 import time
 from pathlib import Path
 
-from orchrm.util.offline import apply_offline_env  # noqa: E402
+import numpy as np
+import pandas as pd
 
-apply_offline_env()  # telemetry off, no downloads (orchrm/util/offline.env), before the libraries read them
-
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from results_io import git_commit, machine, write_json, write_text  # noqa: E402
-
-from orchrm.evaluation.metrics import accuracy_table  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
-CACHE = Path(".orchrm") / "bench"
+from benchmarks.common.results_io import RESULTS, command_line, provenance, write_json
+from benchmarks.common.steps import pair_table
+from orchrm.config import CollectConfig
+from orchrm.evaluation.metrics import accuracy_table
 
 #: encoder name -> (BradleyTerryModel keyword arguments, Trainer keyword arguments)
 ENCODERS: dict[str, tuple[dict, dict]] = {
@@ -47,28 +39,6 @@ ENCODERS: dict[str, tuple[dict, dict]] = {
     "minilm-frozen": ({"encoder": "minilm", "train_layers": 0, "dropout": 0.0}, {"lr": 1e-3}),
     "minilm-top2": ({"encoder": "minilm", "train_layers": 2, "dropout": 0.0, "max_length": 160}, {"lr": 1e-4}),
 }
-
-
-def sandbox_pairs(tasks_per_domain: int, plans: int = 8, seed: int = 0, *, cache: Path = CACHE) -> pd.DataFrame:
-    """The pair table of a sandbox collection, cached by its arguments and the package's source
-    (a table built by other code is never reused)."""
-    import orchrm
-    from orchrm.data.pairs import build_pairs
-    from orchrm.data.tables import read_table, write_table
-    from orchrm.execution.collect import collect
-
-    source = hashlib.sha256()
-    for file in sorted(Path(orchrm.__file__).parent.rglob("*.py")):
-        source.update(file.read_bytes())
-    path = cache / f"pairs-t{tasks_per_domain}-p{plans}-s{seed}-{source.hexdigest()[:12]}.parquet"
-    if path.exists():
-        return read_table(path)
-    t0 = time.perf_counter()
-    artifacts = collect(tasks_per_domain=tasks_per_domain, plans_per_task=plans, seed=seed, progress=False)
-    pairs = build_pairs(artifacts)
-    print(f"collected {len(artifacts)} artifacts -> {len(pairs)} pairs in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    write_table(pairs, path)
-    return pairs
 
 
 def _calls(plan: str) -> float:
@@ -98,43 +68,7 @@ def accuracy_rows(test: pd.DataFrame, correct: np.ndarray, method: str) -> list[
             for r in table.itertuples()]
 
 
-def write_markdown(result: dict, path: Path) -> None:
-    """Render ``result`` (the accuracy.json data) as the Markdown report."""
-    rows, runs, col = result["rows"], result["runs"], result["collection"]
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    domains = sorted({r["domain"] for r in rows})
-    lines = [
-        "# Held-out pairwise accuracy per domain (sandbox)",
-        "",
-        f"{col['tasks_per_domain']} tasks per domain x 8 plans (seed {col['seed']}); {col['pairs']} pairs, split by task "
-        f"({col['splits']}). Trained on `train` (early stopping on `val` with patience 2, at most {result['epochs']} "
-        "epochs), scored on the **test tasks**. Cells: accuracy [95% interval, bootstrap over tasks]; chance is 0.5.",
-        "",
-    ]
-    for granularity in ("plan", "node"):
-        sub = [r for r in rows if r["granularity"] == granularity]
-        if not sub:
-            continue
-        counts = {r["domain"]: (r["pairs"], r["tasks"]) for r in sub}
-        lines += [f"## {granularity}-level pairs", "",
-                  "| method | " + " | ".join(f"{d} ({counts[d][0]} pairs, {counts[d][1]} tasks)" for d in domains if d in counts) + " |",
-                  "|---|" + "---:|" * len([d for d in domains if d in counts])]
-        for m in methods:
-            cells = {r["domain"]: r for r in sub if r["method"] == m}
-            lines.append(f"| {m} | " + " | ".join(
-                f"{cells[d]['accuracy']:.3f} [{cells[d]['ci95'][0]:.2f}, {cells[d]['ci95'][1]:.2f}]" for d in domains if d in counts) + " |")
-        lines.append("")
-    lines += ["## Training runs", "",
-              "Training speed is measured in `bench_train.py`; this run shared the machine, so its times are not quoted.", "",
-              "| encoder | epochs run | best epoch | val accuracy | train pairs |", "|---|---:|---:|---:|---:|"]
-    for r in runs:
-        lines.append(f"| {r['encoder']} | {r['epochs_run']} | {r['best_epoch']} | {r['best_val_accuracy']:.3f} | {r['train_pairs']} |")
-    if result.get("command"):
-        lines += ["", f"Command: `{result['command']}`"]
-    write_text(path, "\n".join(lines) + "\n")
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=160, help="tasks per domain (default 160: about 30 test tasks per domain)")
     ap.add_argument("--seed", type=int, default=0)
@@ -142,12 +76,7 @@ def main() -> int:
     ap.add_argument("--encoders", default="scratch,scratch-joint,minilm-frozen", help=f"any of {','.join(ENCODERS)}")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
-                    help="only rewrite accuracy.md in --out from an existing accuracy.json")
-    args = ap.parse_args()
-    if args.render:
-        write_markdown(json.loads(args.render.read_text()), args.out / "accuracy.md")
-        return 0
+    args = ap.parse_args(argv)
 
     import torch
 
@@ -157,7 +86,7 @@ def main() -> int:
     from orchrm import BradleyTerryModel, Trainer
     from orchrm.evaluation.metrics import score_pairs
 
-    pairs = sandbox_pairs(args.tasks, 8, args.seed)
+    pairs = pair_table(CollectConfig(tasks_per_domain=args.tasks, plans_per_task=8, seed=args.seed)).frame
     test = pairs[pairs["split"] == "test"].reset_index(drop=True)
     print(f"{len(pairs)} pairs; splits {pairs['split'].value_counts().to_dict()}", file=sys.stderr)
 
@@ -189,21 +118,14 @@ def main() -> int:
 
     result = {
         "benchmark": "held-out pairwise accuracy per domain and encoder (sandbox)",
-        "machine": machine(torch=torch.__version__),
+        **provenance(command_line("benchmarks.accuracy", ap, args), torch=torch.__version__),
         "collection": {"tasks_per_domain": args.tasks, "plans_per_task": 8, "seed": args.seed,
                        "pairs": int(len(pairs)), "splits": {k: int(v) for k, v in pairs["split"].value_counts().items()}},
         "epochs": args.epochs,
-        "command": " ".join(["python benchmarks/bench_accuracy.py"] + [
-            f"--{k} {v}" for k, v in vars(args).items() if k not in ("out", "render") and v != ap.get_default(k)
-        ]),
-        "commit": git_commit(),
         "runs": runs,
         "rows": rows,
     }
-    write_json(args.out / "accuracy.json", result)
-
-    write_markdown(result, args.out / "accuracy.md")
-    print((args.out / "accuracy.md").read_text())
+    print(f"wrote {write_json(args.out / 'accuracy.json', result)}")
     return 0
 
 

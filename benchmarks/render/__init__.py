@@ -1,0 +1,8 @@
+"""The one renderer of the benchmarks' pages: ``python -m benchmarks.render`` (see ``__main__``).
+
+- :mod:`~benchmarks.render.records`: reading results files, Markdown pieces, provenance lines;
+- :mod:`~benchmarks.render.best_of_n`, :mod:`~benchmarks.render.token_efficiency`: the two
+  plan-selection pages, with their plots and the README's headline;
+- :mod:`~benchmarks.render.collection`, :mod:`~benchmarks.render.training`,
+  :mod:`~benchmarks.render.serving`: the pages of the data, training and serving benchmarks.
+"""
