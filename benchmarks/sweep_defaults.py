@@ -1,7 +1,7 @@
 """The sweep the training defaults were chosen from: encoder x learning rate, early stopping on the
 validation loss, each run judged on held-out tickets of a foreign system's traces.
 
-The data is the support-desk generator of :mod:`benchmarks.common.support_desk` at a *tuning* seed
+The data is the support-desk generator of :mod:`orchrm.execution.support_desk` at a *tuning* seed
 (``--seed``, 101): ``orchrm ingest`` -> pairs (default :class:`PairsConfig`) -> ``fit``. The
 figure of merit is the accuracy on every plan pair of the held-out (``split == "test"``) tickets
 whose expected quality differs (the generator knows it), beside the accuracy on the held-out pair
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common.results_io import RESULTS, git_commit, machine, write_json
-from benchmarks.common.support_desk import make_tickets, traces_of, true_pair_accuracy
+from orchrm.execution.support_desk import make_tickets, traces_of, true_pair_accuracy
 from orchrm.model.trainer import TrainCallback
 
 

@@ -193,7 +193,7 @@ class TrainConfig(FrozenConfig):
     #: what early stopping and the best weights follow: ``val_loss`` (lower is better) or
     #: ``val_accuracy`` (higher is better; ties keep the earlier epoch). Against ``val_loss``,
     #: ``val_accuracy`` ranked one seed of the support desk's held-out tickets
-    #: (tests/fixtures/foreign_traces.py) better and another worse, and left the sandbox's
+    #: (orchrm/execution/support_desk.py) better and another worse, and left the sandbox's
     #: best-of-5 where it was: not the default
     monitor: Literal["val_loss", "val_accuracy"] = "val_loss"
     min_delta: float = Field(0.0, ge=0, allow_inf_nan=False)

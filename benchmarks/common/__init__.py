@@ -7,5 +7,4 @@
   quotes;
 - :mod:`~benchmarks.common.candidates`: questions with sampled candidate plans (scoring speed);
 - :mod:`~benchmarks.common.plan_pairs`: the plan-pair samples and accuracy of the trainer comparisons;
-- :mod:`~benchmarks.common.support_desk`: a foreign system's traces (the training-defaults sweep).
 """

@@ -36,7 +36,7 @@ from orchrm.config import (
     PairsConfig,
     TrainConfig,
 )
-from orchrm.ops.pipeline import collect_stage, pool_stage
+from orchrm.ops.stages import collect_stage, pool_stage
 from orchrm.util.digests import source_hash
 
 #: the benchmarks' cache, under the folder they run from (the project's root)

@@ -114,7 +114,7 @@ def sweep_defaults_page(res: Record) -> list[str]:
              f"{r['true_pair_accuracy']:.3f}", f"{r['seconds']:.0f}"] for r in runs]
     return [
         "# Sweep of the training defaults: encoder x learning rate, early stopping", "",
-        f"Support-desk traces (`benchmarks/common/support_desk.py`) at tuning seed {res['seed']}: {res['tickets']} tickets x "
+        f"Support-desk traces (`orchrm/execution/support_desk.py`) at tuning seed {res['seed']}: {res['tickets']} tickets x "
         f"6 plans x {res['runs']} runs, through ingest and the default pair settings: {pairs['train']} train / {pairs['val']} "
         f"val / {pairs['test']} test pairs. Each run: at most the epochs shown, early stopping after `patience` evaluations "
         "without a lower validation loss, best weights restored, one thread. **true-pair acc**: held-out tickets "

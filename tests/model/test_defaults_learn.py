@@ -2,7 +2,7 @@
 ticket depends on its category and urgency (both in the question), through ``orchrm ingest`` ->
 ``pairs`` -> ``train`` with no flags, rank the held-out tickets' plans by their expected quality.
 
-The generator (``tests/fixtures/foreign_traces.py``) runs here at a seed the defaults were not
+The generator (:mod:`orchrm.execution.support_desk`) runs here at a seed the defaults were not
 tuned on (``benchmarks/sweep_defaults.py`` uses 101).
 """
 
@@ -15,9 +15,9 @@ import pytest
 from orchrm.cli import main
 from orchrm.config import ModelConfig, TrainConfig
 from orchrm.data.tables import read_table, write_table
+from orchrm.execution.support_desk import make_tickets, traces_of, true_pair_accuracy
 from orchrm.model.reward_model import BradleyTerryModel
 from orchrm.model.trainer import Trainer, fit
-from tests.fixtures.foreign_traces import make_tickets, traces_of, true_pair_accuracy
 
 SEED = 7  # not the sweep's tuning seed
 
