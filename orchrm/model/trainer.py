@@ -159,7 +159,7 @@ class TrainResult:
 class TrainCallback:
     """Hooks the Trainer calls on rank 0; override the ones you need.
 
-    MLflow logging is one of these (``orchrm.ops.registry``); the Trainer itself imports no tracker.
+    MLflow logging is one of these (``orchrm.ops.tracking.MlflowCallback``); the Trainer itself imports no tracker.
     """
 
     def on_train_begin(self, params: Mapping[str, Any]) -> None:
