@@ -1,12 +1,17 @@
 """Serving from the registry: what loading the champion costs, and what the pyfunc adds to scoring.
 
-Two measurements (issue 15), written to ``benchmarks/results/registry.json``:
+Three measurements (issues 15 and 21), written to ``benchmarks/results/registry.json``:
 
 1. **Cold start**: a fresh Python process imports OrchRM, loads ``models:/orchrm-reward@champion``
    from a SQLite registry and scores the first 8 candidate plans of one question. Timed from
    outside (process start to exit) and inside (import, load, first score). Median of ``--cold``
    processes.
-2. **Pyfunc throughput**: the registered MLflow pyfunc's ``predict`` on a DataFrame of 10,000
+2. **Cold ``orchrm rank``**: a fresh ``orchrm rank --model models:/orchrm-reward@champion`` process
+   (sample 8 candidate plans for a question, load the champion, score and print them), timed
+   from outside; one more process under ``python -X importtime`` splits out the time spent
+   importing, per top-level package. Target (:data:`benchmarks.common.targets.REGISTRY`): under
+   5 s on a quiet machine.
+3. **Pyfunc throughput**: the registered MLflow pyfunc's ``predict`` on a DataFrame of 10,000
    (prompt, action) rows, beside ``model.score`` on the same rows in the same process (calls
    alternating, best of ``--reps``). Target (:data:`benchmarks.common.targets.REGISTRY`): the pyfunc
    within 1.2x of ``model.score``.
@@ -92,6 +97,55 @@ def cold_start(uri: str, case: dict, threads: int) -> dict:
     return {"wall_s": wall, **inner}
 
 
+RANK_QUESTION = "Ann has 3 boxes of 12 pencils and gives away 7. How many pencils does she have left?"
+
+
+def _rank_command(*, importtime: bool) -> list[str]:
+    flags = ["-X", "importtime"] if importtime else []
+    return [sys.executable, *flags, "-m", "orchrm.cli", "rank", "--model", "models:/orchrm-reward@champion",
+            "--question", RANK_QUESTION, "--n", str(COLD_CANDIDATES)]
+
+
+def import_times(stderr: str) -> dict[str, float]:
+    r"""Seconds spent importing, per top-level package, from ``python -X importtime``'s report: the
+    cumulative time of every import made at the top level (its name follows the bar after one
+    space; nested ones are indented further), and ``total``, their sum.
+
+    >>> import_times("import time: self [us] | cumulative | imported package\n"
+    ...              "import time:       100 |        300 |   torch._C\n"
+    ...              "import time:       200 |    2000000 | torch\n")
+    {'torch': 2.0, 'total': 2.0}
+    """
+    out: dict[str, float] = {}
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        _, cumulative, name = line.removeprefix("import time:").split("|")
+        if name.startswith(" ") and not name.startswith("  "):
+            root = name.strip().split(".")[0]
+            out[root] = out.get(root, 0.0) + int(cumulative) / 1e6
+    return {**dict(sorted(out.items(), key=lambda kv: -kv[1])), "total": sum(out.values())}
+
+
+def cold_rank(uri: str, threads: int) -> dict:
+    """Wall seconds of a fresh ``orchrm rank`` process against the registry at ``uri``."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": str(threads)}
+    start = time.perf_counter()
+    done = subprocess.run(_rank_command(importtime=False), capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"orchrm rank failed:\n{done.stderr[-3000:]}")
+    return {"wall_s": wall}
+
+
+def rank_imports(uri: str, threads: int) -> dict[str, float]:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": str(threads)}
+    done = subprocess.run(_rank_command(importtime=True), capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"orchrm rank failed:\n{done.stderr[-3000:]}")
+    return import_times(done.stderr)
+
+
 def best_of(fn, reps: int) -> float:
     times = []
     for _ in range(reps):
@@ -134,6 +188,11 @@ def main() -> int:
         for i in range(args.cold):
             colds.append(cold_start(uri, case, args.threads))
             print(f"cold start {i + 1}: {colds[-1]['wall_s']:.2f} s", file=sys.stderr)
+        ranks = []
+        for i in range(args.cold):
+            ranks.append(cold_rank(uri, args.threads))
+            print(f"cold orchrm rank {i + 1}: {ranks[-1]['wall_s']:.2f} s", file=sys.stderr)
+        imports = rank_imports(uri, args.threads)
 
         mlflow.set_tracking_uri(uri)
         pyfunc = mlflow.pyfunc.load_model("models:/orchrm-reward@champion")
@@ -147,6 +206,7 @@ def main() -> int:
 
     med = {k: statistics.median(c[k] for c in colds) for k in ("wall_s", "import_s", "mlflow_import_s", "load_s", "score_s")}
     ratio = min(pyfunc_s) / min(score_s)
+    rank_s = statistics.median(r["wall_s"] for r in ranks)
     cfg = model.config
     name = f"default ({cfg.encoder} {cfg.hidden_dim}x{cfg.num_layers}, {cfg.architecture})"
     path = write_json(args.out / "registry.json", {
@@ -155,6 +215,11 @@ def main() -> int:
                      torch_threads=torch.get_num_threads(), mlflow=mlflow.__version__),
         "model": name,
         "cold_start": {"candidates": COLD_CANDIDATES, "processes": colds, "median": med},
+        "cold_rank": {
+            "command": "orchrm rank --model models:/orchrm-reward@champion --question ... --n 8",
+            "candidates": COLD_CANDIDATES, "processes": ranks, "median_s": rank_s,
+            "imports_s": imports, "target_s": REGISTRY.cold_rank_s, "met": rank_s <= REGISTRY.cold_rank_s,
+        },
         "throughput": {
             "rows": ROWS, "distinct_prompts": len(cases), "model_score_s": score_s, "pyfunc_s": pyfunc_s,
             "model_score_rows_per_s": ROWS / min(score_s), "pyfunc_rows_per_s": ROWS / min(pyfunc_s),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchmarks.common.results_io import RESULTS, git_commit, machine, write_json
 from orchrm.execution.support_desk import make_tickets, traces_of, true_pair_accuracy
-from orchrm.model.trainer import TrainCallback
+from orchrm.model.callbacks import TrainCallback
 
 
 @dataclass(frozen=True)

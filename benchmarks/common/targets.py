@@ -70,9 +70,12 @@ class Latency:
 
 @dataclass(frozen=True)
 class Registry:
-    """Issue 15: the pyfunc's scoring time within ``pyfunc_over_score`` times ``model.score``'s."""
+    """Issue 15: the pyfunc's scoring time within ``pyfunc_over_score`` times ``model.score``'s.
+    Issue 21: a cold ``orchrm rank`` from the registry within ``cold_rank_s`` seconds (on a quiet
+    machine)."""
 
     pyfunc_over_score: float = 1.2
+    cold_rank_s: float = 5.0
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from orchrm.model.batching import (
     task_batches,
     training_pairs,
 )
+from orchrm.model.callbacks import TrainCallback
 from orchrm.model.checkpoints import (
     BEST_CHECKPOINT,
     LAST_CHECKPOINT,
@@ -67,7 +68,6 @@ __all__ = [
     "BEST_CHECKPOINT",
     "LAST_CHECKPOINT",
     "EpochRecord",
-    "TrainCallback",
     "TrainResult",
     "Trainer",
     "fit",
@@ -154,25 +154,6 @@ class TrainResult:
         if self.model_path:
             lines.append(f"model: {self.model_path}")
         return "\n".join(lines)
-
-
-class TrainCallback:
-    """Hooks the Trainer calls on rank 0; override the ones you need.
-
-    MLflow logging is one of these (``orchrm.ops.tracking.MlflowCallback``); the Trainer itself imports no tracker.
-    """
-
-    def on_train_begin(self, params: Mapping[str, Any]) -> None:
-        """Once, with the configs, data hash and pair counts."""
-
-    def on_log(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Every ``log_interval`` steps: ``loss``, ``lr`` (the one this step trained at), ``grad_norm``."""
-
-    def on_eval(self, record: EpochRecord, model: BradleyTerryModel) -> None:
-        """After each evaluation, once its checkpoint is written."""
-
-    def on_train_end(self, result: TrainResult) -> None:
-        """Once, with the final result."""
 
 
 # --------------------------------------------------------------------------------------------

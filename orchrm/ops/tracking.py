@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchrm.errors import RegistryError
-from orchrm.model.trainer import TrainCallback
+from orchrm.model.callbacks import TrainCallback
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

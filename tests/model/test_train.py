@@ -21,9 +21,10 @@ from orchrm.data.tables import pairs_digest, write_table
 from orchrm.data.validation import validate_files
 from orchrm.errors import ConfigError, TraceSchemaError, TrainingError
 from orchrm.model.batching import training_pairs
+from orchrm.model.callbacks import TrainCallback
 from orchrm.model.reward_model import ModelFile
 from orchrm.model.texts import task_text
-from orchrm.model.trainer import LAST_CHECKPOINT, TrainCallback, TrainResult, fit
+from orchrm.model.trainer import LAST_CHECKPOINT, TrainResult, fit
 
 SMALL = dict(batch_size=16, lr=3e-3, progress=False)
 
