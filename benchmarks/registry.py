@@ -108,22 +108,21 @@ def _rank_command(*, importtime: bool) -> list[str]:
 
 def import_times(stderr: str) -> dict[str, float]:
     r"""Seconds spent importing, per top-level package, from ``python -X importtime``'s report: the
-    cumulative time of every import made at the top level (its name follows the bar after one
-    space; nested ones are indented further), and ``total``, their sum.
+    *self* time of every module summed under its package (``torch._C`` counts for ``torch``, whoever
+    imported it), and ``total``, their sum.
 
     >>> import_times("import time: self [us] | cumulative | imported package\n"
-    ...              "import time:       100 |        300 |   torch._C\n"
-    ...              "import time:       200 |    2000000 | torch\n")
-    {'torch': 2.0, 'total': 2.0}
+    ...              "import time:    250000 |     300000 |   torch._C\n"
+    ...              "import time:    250000 |    2000000 | torch\n")
+    {'torch': 0.5, 'total': 0.5}
     """
     out: dict[str, float] = {}
     for line in stderr.splitlines():
         if not line.startswith("import time:") or "imported package" in line:
             continue
-        _, cumulative, name = line.removeprefix("import time:").split("|")
-        if name.startswith(" ") and not name.startswith("  "):
-            root = name.strip().split(".")[0]
-            out[root] = out.get(root, 0.0) + int(cumulative) / 1e6
+        self_us, _, name = line.removeprefix("import time:").split("|")
+        root = name.strip().split(".")[0]
+        out[root] = out.get(root, 0.0) + int(self_us) / 1e6
     return {**dict(sorted(out.items(), key=lambda kv: -kv[1])), "total": sum(out.values())}
 
 
