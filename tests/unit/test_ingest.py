@@ -242,3 +242,80 @@ def test_atomic_write_gives_a_new_file_normal_permissions_and_keeps_an_old_files
     kept.chmod(0o640)
     write_table(pd.DataFrame({"x": [2]}), kept)
     assert kept.stat().st_mode & 0o777 == 0o640 and read_table(kept).x.tolist() == [2]
+
+
+# --------------------------------------------------------------------------------------------
+# the column-wise helpers: what each computes once per distinct value is what each row would get
+
+
+def test_row_groups_number_groups_by_first_appearance_and_name_each_groups_first_row():
+    from orchrm.data.ingest import row_groups
+
+    groups = row_groups(np.array(["p", "q", "p", "p", "q"]), pd.Series(["a1", "a1", "a1", None, "a1"]))
+    assert groups.codes.tolist() == [0, 1, 0, 2, 1] and groups.first.tolist() == [0, 1, 3]  # a missing value is a value
+    one = row_groups(np.array([3, 3, 1]))
+    assert one.codes.tolist() == [0, 0, 1] and one.first.tolist() == [0, 2]
+    empty = row_groups(np.array([], dtype=object))
+    assert empty.codes.tolist() == [] and empty.first.tolist() == []
+
+
+BLANKS = ["", " ", "\t\n", "\u3000", "\x1c", "\u00a0", "\u2003 "]
+TEXTS = ["a", " a ", "\u00a0x", "日本語", "é", "\u3000\u00e9", "-", "~"]
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_a_blank_text_cell_is_one_that_str_strip_leaves_empty(dtype):
+    from orchrm.data.ingest import _blank
+
+    cells = pd.Series([*BLANKS, *TEXTS, None], dtype=dtype)
+    assert _blank(cells).tolist() == [True] * len(BLANKS) + [False] * len(TEXTS) + [True]
+    mixed = pd.Series(["ok", 7, ["a"], np.nan, " "], dtype=object)
+    assert _blank(mixed).tolist() == [False, True, True, True, True]
+
+
+def test_each_distinct_plan_text_is_parsed_once(monkeypatch):
+    from orchrm.execution import support_desk
+    from orchrm.plans import Plan
+
+    parsed = []
+    real_parse = Plan.parse.__func__
+    monkeypatch.setattr(Plan, "parse", classmethod(lambda cls, text, **kw: parsed.append(text) or real_parse(cls, text, **kw)))
+    traces = support_desk.make_traces(5, seed=0)
+    ingest_traces(traces)
+    assert sorted(parsed) == sorted(support_desk.PLANS.values())
+
+
+def test_every_row_gets_its_own_plans_node_facts():
+    """Mixed traces (two plans, a free-text plan, final replies after a plan): each row's agent,
+    depth and parents are those its plan gives its node, as a row-by-row lookup finds them."""
+    from orchrm.plans import Plan
+
+    traces = pd.concat([_desk_traces(), _desk_traces().assign(task_id=lambda d: d.task_id + "-b")], ignore_index=True)
+    free = pd.DataFrame({"task_id": ["free"], "question": ["Q?"], "plan_text": ["look it up, then reply"],
+                         "node_id": ["n1"], "content": ["c"], "quality": [0.1], "is_final": [True]})
+    out = ingest_traces(pd.concat([traces, free], ignore_index=True).sample(frac=1.0, random_state=3))
+    for row in out.itertuples():
+        if row.task_id == "free":
+            assert (row.agent, row.depth, list(row.parent_ids)) == ("external", 0, [])
+            continue
+        plan = Plan.parse(row.plan_text)
+        if row.node_id == "final":  # written after the plan: the sink's child
+            assert (row.agent, row.depth, list(row.parent_ids)) == ("Resolver", plan.depths()[plan.sink] + 1, [plan.sink])
+        else:
+            assert (row.agent, row.depth, list(row.parent_ids)) == (plan.node(row.node_id).agent, plan.depths()[row.node_id],
+                                                                    list(plan.parents(row.node_id)))
+
+
+def test_answers_that_are_not_text_are_written_as_python_prints_them():
+    answers = pd.Series([0.0, -0.0, 1, True], dtype=object)  # equal as values, not as text
+    out = ingest_traces(_traces().assign(answer=answers, quality=0.5))
+    assert out.answer.tolist() == ["0.0", "-0.0", "1", "True"]
+    scored = ingest_traces(_traces().assign(answer=["42", "42.0", "42", "paris"], reference=[42, 42.0, "42", "Paris"]))
+    assert scored.quality.tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_executions_without_a_plan_text_join_their_steps_in_row_order():
+    from orchrm.data.ingest import _joined_in_groups
+
+    joined = _joined_in_groups(pd.Series(["a: x", "b: y", "c: z", "d: w"]), pd.Series(["k1", "k2", "k1", "k1"]))
+    assert joined.tolist() == ["a: x\nc: z\nd: w", "b: y", "a: x\nc: z\nd: w", "a: x\nc: z\nd: w"]
