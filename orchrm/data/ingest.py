@@ -95,7 +95,8 @@ class RowGroups:
 
 
 def row_groups(*columns: pd.Series | np.ndarray) -> RowGroups:
-    """Group rows by their values in every column (hashable cells, all of one length; NaN is a value).
+    """Group rows by their values in every column (hashable cells, all of one length; NaN is a
+    value; values that compare equal, such as ``1`` and ``1.0``, are one value).
 
     >>> g = row_groups(np.array(["p", "q", "p", "p"]), np.array(["a1", "a1", "a1", "a2"]))
     >>> g.codes.tolist(), g.first.tolist()
@@ -105,9 +106,8 @@ def row_groups(*columns: pd.Series | np.ndarray) -> RowGroups:
     for column in columns:
         column_codes, distinct = pd.factorize(pd.Series(column, copy=False), use_na_sentinel=False)
         codes, _ = pd.factorize(codes * len(distinct) + column_codes)
-    first = np.full(codes.max() + 1 if len(codes) else 0, -1, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the last write of each group is its first row
-    return RowGroups(codes.astype(np.int64), first)
+    _, first = np.unique(codes, return_index=True)  # codes are 0, 1, ... in order of first appearance
+    return RowGroups(codes.astype(np.int64), first.astype(np.int64))
 
 
 def task_problems(df: pd.DataFrame) -> list[str]:
