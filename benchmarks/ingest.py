@@ -7,8 +7,9 @@ What it measures (issue 25, "Ingest keeps up"), written to ``benchmarks/results/
   (the form a user's system writes and ``orchrm ingest`` reads) before any timing.
 - For each file, a fresh Python process times ``orchrm.data.ingest.ingest_file`` (read + ingest +
   write a Parquet artifact table), split into its three steps, and reports its peak resident
-  memory (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, which includes the interpreter and its
-  imports: the figure after the imports is recorded beside it).
+  memory (``VmHWM`` of ``/proc/self/status``, which includes the interpreter and its imports: the
+  figure after the imports is recorded beside it; ``getrusage``'s ``ru_maxrss`` is not used, as a
+  spawned process inherits its parent's peak).
 - Rows per second, and the time ratio against the row ratio from the smallest file (1.0: linear).
 - With ``--before-sizes``, the same for the implementation before issue 25 (``--before-ref``'s
   ``orchrm/data/ingest.py``, loaded from git into a temporary module) on the smaller files.
@@ -41,10 +42,18 @@ BEFORE_REF = "5db269d9a0d8a0350b498e5528d96dd8f1e7fd2e"
 # run in a fresh interpreter per file: its peak memory is the ingest's alone
 WORKER = """
 import json, resource, sys, time
+
+def peak_kib():
+    try:
+        with open("/proc/self/status") as status:  # this process's own high-water mark
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 t0 = time.perf_counter()
 {load}
 imported_s = time.perf_counter() - t0
-rss_after_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rss_after_import = peak_kib()
 seconds = {{}}
 for name in ("read_table", "ingest_traces", "write_table"):  # ingest_file calls these module names
     def timed(*args, _f=getattr(ingest, name), _name=name, **kwargs):
@@ -57,7 +66,7 @@ t0 = time.perf_counter()
 rows = len(ingest.ingest_file({traces!r}, {out!r}))
 total = time.perf_counter() - t0
 print(json.dumps({{"rows": rows, "seconds": total, "steps": seconds, "import_seconds": imported_s,
-                  "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rss_after_import_kib": rss_after_import}}))
+                  "peak_rss_kib": peak_kib(), "rss_after_import_kib": rss_after_import}}))
 """
 LOAD_CURRENT = "from orchrm.data import ingest"
 LOAD_FILE = """import importlib.util
@@ -132,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {**provenance(command_line("benchmarks.ingest", ap, args), pandas=pd.__version__),
                     "source": "orchrm.execution.support_desk.make_traces (6 plans x 3 runs per ticket), one row per agent output",
                     "format": "jsonl", "output_format": "parquet", "seed": args.seed,
-                    "memory": "peak resident set of a fresh process per file (getrusage ru_maxrss), imports included",
+                    "memory": "peak resident set of a fresh process per file (VmHWM), imports included",
                     "target": {"rows": TARGET_ROWS, "seconds": TARGET_SECONDS, "time_per_row_ratio_at_most": LINEARITY}}
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         folder = Path(tmp)
