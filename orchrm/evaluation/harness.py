@@ -61,7 +61,8 @@ class PoolReading:
 def read_pool(config: EvaluateConfig, pool: CandidatePool) -> PoolReading:
     """What ``pool`` supports. A sandbox pool must hold every configured N (else ConfigError, see
     :func:`best_of_ns`). A replay pool evaluates the configured N up to the plans its smallest
-    task has; the larger ones are dropped, and the gates read ``min(gates.best_of, that)``. An
+    task has; the larger ones are dropped, and the gates read ``min(gates.best_of, that)``
+    (evaluated too). An
     empty pool (no held-out task with two distinct plans) gives no best-of-N at all. Selectors
     whose inputs the pool never logged are unavailable: ``trajectory`` without a confidence,
     the votes without an answer."""
@@ -74,11 +75,11 @@ def read_pool(config: EvaluateConfig, pool: CandidatePool) -> PoolReading:
     candidates = pool.candidates
     if kind == "replay":
         wanted = sorted(set(config.best_of) | {config.gates.best_of})
-        ns = tuple(n for n in wanted if n <= candidates)
+        gates_n = min(config.gates.best_of, candidates)
+        ns = tuple(sorted({n for n in wanted if n <= candidates} | {gates_n}))
         dropped = [n for n in wanted if n > candidates]
         if dropped:
             notes.append(f"best-of-N for N = {dropped} left out: the smallest held-out task has {candidates} distinct plans")
-        gates_n = min(config.gates.best_of, candidates)
         if gates_n != config.gates.best_of:
             notes.append(f"the gates read best-of-{gates_n} (gates.best_of = {config.gates.best_of}, more than the pool's tasks have)")
     else:

@@ -183,3 +183,14 @@ def test_held_out_tasks_with_one_plan_each_give_an_empty_pool_and_pairwise_gates
     worse = check_gates(metrics, EvaluateConfig().gates, champion={"pairwise_accuracy": 0.85})
     assert [g.name for g in worse.failed()] == ["beats_champion"]
     assert "pairwise accuracy 0.800 <= champion 0.850" in worse.failed()[0].detail
+
+
+def test_evaluate_pool_auto_replays_exactly_when_the_run_ingests_traces():
+    from orchrm.errors import ConfigError
+
+    assert EvaluateConfig().pool == "auto"
+    assert EvaluateConfig().pool_kind(ingests=True) == "replay" and EvaluateConfig().pool_kind(ingests=False) == "sandbox"
+    assert EvaluateConfig(pool="sandbox").pool_kind(ingests=True) == "sandbox"
+    assert EvaluateConfig(pool="replay").pool_kind(ingests=False) == "replay"
+    with pytest.raises(ConfigError, match="evaluate.pool"):
+        config_from_dict({"evaluate": {"pool": "fresh"}})
