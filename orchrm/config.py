@@ -240,8 +240,15 @@ class GatesConfig(FrozenConfig):
 class EvaluateConfig(FrozenConfig):
     """Held-out evaluation (DESIGN §7): fresh tasks from ``seed`` (never the collection seed),
     ``candidates`` plans each, every candidate executed once per pool seed and re-run ``repeats``
-    times for its expected quality."""
+    times for its expected quality; or, on a user's own traces, a replay of their held-out tasks."""
 
+    #: the held-out candidate pool. ``sandbox``: fresh sandbox tasks (the fields below).
+    #: ``replay``: the run's own held-out tasks (split ``test`` of its artifacts, never trained
+    #: on) with at least two distinct plans, each logged plan a candidate (expected quality = the
+    #: mean over its logged runs, realised quality one run's, its logged tokens; ``candidates``
+    #: caps the plans per task, N above what the smallest task has is dropped, ``repeats`` and
+    #: ``tasks_per_domain`` are unused). ``auto``: replay when the run ingests traces, else sandbox
+    pool: Literal["auto", "sandbox", "replay"] = "auto"
     tasks_per_domain: int = Field(30, ge=1)
     candidates: int = Field(16, ge=2, le=64)
     best_of: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -257,6 +264,12 @@ class EvaluateConfig(FrozenConfig):
     #: bins of the reliability diagram / ECE
     calibration_bins: int = Field(10, ge=2)
     gates: GatesConfig = Field(default_factory=GatesConfig)
+
+    def pool_kind(self, *, ingests: bool) -> Literal["sandbox", "replay"]:
+        """The pool a run builds: ``pool``, with ``auto`` resolved (replay when the run ``ingests`` traces)."""
+        if self.pool == "auto":
+            return "replay" if ingests else "sandbox"
+        return self.pool
 
     @field_validator("best_of", "pool_seeds")
     @classmethod

@@ -18,17 +18,24 @@ from orchrm.config import GatesConfig
 @dataclass(frozen=True)
 class GateResult:
     """One gate's outcome: ``value`` measured against ``threshold`` (None where the gate compares
-    with no number, e.g. a first candidate with no champion to beat)."""
+    with no number, e.g. a first candidate with no champion to beat). A gate that does not apply
+    (``applicable`` False: its figure cannot exist on this pool, ``detail`` says why) passes:
+    it neither blocks nor vouches for the candidate."""
 
     name: str
     passed: bool
     value: float | None
     threshold: float | None
     detail: str
+    applicable: bool = True
+
+    @property
+    def mark(self) -> str:
+        """``pass``, ``FAIL`` or ``n/a``."""
+        return "n/a" if not self.applicable else "pass" if self.passed else "FAIL"
 
     def __str__(self) -> str:
-        mark = "pass" if self.passed else "FAIL"
-        return f"{mark}  {self.name}: {self.detail}"
+        return f"{self.mark:<4}  {self.name}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class Verdict:
     def tags(self) -> dict[str, str]:
         """MLflow version tags: ``gate.<name>`` -> ``"pass: <detail>"`` / ``"fail: <detail>"``, and
         ``verdict``."""
-        out = {f"gate.{g.name}": f"{'pass' if g.passed else 'fail'}: {g.detail}" for g in self.gates}
+        out = {f"gate.{g.name}": f"{g.mark.lower()}: {g.detail}" for g in self.gates}
         out["verdict"] = self.label
         return out
 
@@ -59,14 +66,16 @@ class Verdict:
         return {
             "verdict": self.label,
             "gates": [
-                {"name": g.name, "passed": g.passed, "value": g.value, "threshold": g.threshold, "detail": g.detail}
+                {"name": g.name, "passed": g.passed, "value": g.value, "threshold": g.threshold, "detail": g.detail,
+                 "applicable": g.applicable}
                 for g in self.gates
             ],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Verdict:
-        return cls(tuple(GateResult(**{k: g[k] for k in ("name", "passed", "value", "threshold", "detail")}) for g in data["gates"]))
+        return cls(tuple(GateResult(**{k: g[k] for k in ("name", "passed", "value", "threshold", "detail")},
+                                    applicable=bool(g.get("applicable", True))) for g in data["gates"]))
 
     def __str__(self) -> str:
         return "\n".join([f"verdict: {self.label}", *(f"  {g}" for g in self.gates)])
@@ -87,6 +96,35 @@ def _missing(name: str, key: str) -> GateResult:
     return GateResult(name, False, None, None, f"{key} missing from the metrics: evaluate the model again")
 
 
+#: why the best-of-N gates do not apply to a pool without best-of-N
+NO_BEST_OF_N = "not applicable: no held-out task has two distinct plans (tasks with one plan each), so no best-of-N; pairwise gates only"
+
+
+def _not_applicable(name: str, reason: str = NO_BEST_OF_N) -> GateResult:
+    return GateResult(name, True, None, None, reason, applicable=False)
+
+
+def gates_n(metrics: Mapping[str, float], gates: GatesConfig) -> int:
+    """The N the best-of-N gates read: ``gates.best_of``, or fewer where the pool's tasks have
+    fewer candidates (``pool_candidates``, a replay pool of a user's own plans)."""
+    have = metrics.get("pool_candidates")
+    return gates.best_of if have is None or have < 2 else min(gates.best_of, int(have))
+
+
+def _pairwise_champion(metrics: Mapping[str, float], gates: GatesConfig, champion: Mapping[str, float]) -> GateResult:
+    """``beats_champion`` on held-out pairwise accuracy (same pairs): the comparison left when the
+    pool has no best-of-N."""
+    key = "pairwise_accuracy"
+    if key not in metrics or key not in champion:
+        return _missing("beats_champion", key if key not in metrics else f"champion {key}")
+    v, c = float(metrics[key]), float(champion[key])
+    t = c + gates.champion_margin
+    ok = v > t
+    margin = f" + margin {gates.champion_margin:.3f}" if gates.champion_margin else ""
+    return GateResult("beats_champion", ok, v, t, f"pairwise accuracy {v:.3f} {'>' if ok else '<='} champion {c:.3f}{margin} "
+                      "(same held-out pairs; the pool has no best-of-N)")
+
+
 def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: Mapping[str, float] | None = None) -> Verdict:
     """The promotion verdict from flat metrics alone (a stored run can be re-gated).
 
@@ -95,9 +133,15 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
     (reward model > cost-only selector; when enabled), ``scoring_latency`` (p50 <=
     ``max_scoring_latency_ms``) and ``beats_champion`` (reward model > champion's + margin on the
     same pool; passes with "no champion yet" when ``champion`` is None; when enabled). Best-of-N
-    figures are expected quality where measured (see :func:`_quality_key`).
+    figures are expected quality where measured (see :func:`_quality_key`), at :func:`gates_n`.
+
+    A pool without best-of-N (``pool_tasks`` 0: no held-out task with two distinct plans) leaves
+    the pairwise gates alone: ``best_of_n_gain``, ``beats_cost_only`` and ``scoring_latency`` are
+    reported as not applicable (they pass, with the reason), ``beats_champion`` compares the
+    held-out pairwise accuracy of both models instead.
     """
-    n = gates.best_of
+    n = gates_n(metrics, gates)
+    no_pool = metrics.get("pool_tasks") == 0
     results: list[GateResult] = []
 
     key = "pairwise_accuracy"
@@ -108,7 +152,9 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
         results.append(_missing("pairwise_accuracy", key))
 
     rm, rnd = _quality_key(metrics, n, "reward_model"), _quality_key(metrics, n, "random")
-    if rm in metrics and rnd in metrics:
+    if no_pool:
+        results.append(_not_applicable("best_of_n_gain"))
+    elif rm in metrics and rnd in metrics:
         gain, t = float(metrics[rm]) - float(metrics[rnd]), gates.min_best_of_n_gain
         results.append(GateResult("best_of_n_gain", gain >= t, gain, t,
                                   f"{rm} {metrics[rm]:.3f} - random {metrics[rnd]:.3f} = {gain:+.3f} {'>=' if gain >= t else '<'} {t:+.3f}"))
@@ -117,7 +163,9 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
 
     if gates.beat_cost_only:
         cost = _quality_key(metrics, n, "cost_only")
-        if rm in metrics and cost in metrics:
+        if no_pool:
+            results.append(_not_applicable("beats_cost_only"))
+        elif rm in metrics and cost in metrics:
             v, t = float(metrics[rm]), float(metrics[cost])
             results.append(GateResult("beats_cost_only", v > t, v, t,
                                       f"{rm} {v:.3f} {'>' if v > t else '<='} cost-only {t:.3f}"))
@@ -125,7 +173,9 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
             results.append(_missing("beats_cost_only", rm if rm not in metrics else cost))
 
     key = "scoring_latency_ms_p50"
-    if key in metrics:
+    if no_pool:
+        results.append(_not_applicable("scoring_latency", "not applicable: no held-out task has two distinct plans to score side by side"))
+    elif key in metrics:
         v, t = float(metrics[key]), gates.max_scoring_latency_ms
         scored = int(metrics.get("scoring_latency_candidates", n))
         results.append(GateResult("scoring_latency", v <= t, v, t,
@@ -136,6 +186,8 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
     if gates.beat_champion:
         if champion is None:
             results.append(GateResult("beats_champion", True, None, None, "no champion yet"))
+        elif no_pool:
+            results.append(_pairwise_champion(metrics, gates, champion))
         else:
             ckey = _quality_key(champion, n, "reward_model")
             if rm in metrics and ckey in champion:

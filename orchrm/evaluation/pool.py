@@ -2,13 +2,16 @@
 
 :func:`build_pool` draws fresh sandbox tasks (a seed never used for collection), writes candidate
 plans with the base sampler, executes each once per pool seed and re-runs it for its expected
-quality. A :class:`CandidatePool` is the frame every selector reads.
+quality. :func:`build_replay_pool` replays a user's own held-out tasks from an ingested artifact
+table instead: each task's logged plans are its candidates, their logged runs the executions. A
+:class:`CandidatePool` is the frame every selector reads, whichever way it was built.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 from collections.abc import Sequence
@@ -22,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchrm.config import PipelineConfig
+from orchrm.config import PairsConfig, PipelineConfig
 from orchrm.errors import CollectionError, ConfigError, DataQualityError
 from orchrm.util.fileio import atomic_write_bytes
 
@@ -41,7 +44,7 @@ POOL_COLUMNS: tuple[str, ...] = (
     "answer",  # final answer of this execution (None when the plan gave none)
     "answer_key",  # normalised answer: executions with equal keys agree (majority vote)
     "quality",  # realised quality in [0, 1] of this execution
-    "confidence",  # the final agent's own confidence in its answer, in [0, 1]
+    "confidence",  # the final agent's own confidence in its answer, in [0, 1]; NaN where not logged
     "tokens",  # execution tokens (prompt + completion) of this execution
     "cost",  # tier-weighted tokens of this execution
     "expected_quality",  # mean quality over the re-runs (DESIGN §4)
@@ -255,11 +258,132 @@ def build_pool(
     finally:
         bar.close()
     frame = pd.DataFrame([r for rows in results for r in rows], columns=list(POOL_COLUMNS))
-    meta = {"seed": e.seed, "candidates": e.candidates, "pool_seeds": list(e.pool_seeds), "repeats": e.repeats,
-            "tasks": len(tasks), "sampler": "base"}
+    meta = {"kind": "sandbox", "seed": e.seed, "candidates": e.candidates, "pool_seeds": list(e.pool_seeds),
+            "repeats": e.repeats, "tasks": len(tasks), "sampler": "base"}
     short = frame.groupby("task_id").size().lt(e.candidates * len(e.pool_seeds))
     if short.any():
         log.warning("%d task(s) have fewer than %d distinct candidate plans", int(short.sum()), e.candidates)
     return CandidatePool(frame, meta)
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# the replay pool: a user's own held-out tasks, from their logged traces
+
+
+def held_out_task_ids(task_ids: pd.Series, pairs: PairsConfig) -> set[str]:
+    """The task ids in split ``test``, by the same :func:`orchrm.data.splits.assign_split` (and
+    ``pairs``' fractions) that splits the pair table: no task a model trained or validated on."""
+    from orchrm.data.splits import assign_split
+
+    ids = pd.Series(pd.unique(task_ids.astype(str)), dtype=object)
+    split = assign_split(ids, pairs.val_fraction, pairs.test_fraction)
+    return set(ids[split == "test"])
+
+
+def replay_executions(artifacts: pd.DataFrame) -> pd.DataFrame:
+    """One row per logged execution (task, run, plan) of an artifact table (DESIGN §3):
+    ``task_id``, ``domain``, ``question``, ``plan_id``, ``plan_text``, ``run_id``, ``quality``
+    (its final artifact's; the mean when several rows are final), ``answer`` (the last final
+    row's), ``confidence`` (the final rows' ``confidence`` column where the table has one, else
+    NaN), ``tokens`` (prompt + completion over all its rows) and ``cost`` (their sum). An
+    execution whose final quality is unknown (NaN) is left out."""
+    keys = ["task_id", "run_id", "plan_id"]
+    df = artifacts.assign(_tokens=artifacts["prompt_tokens"].astype("int64") + artifacts["completion_tokens"].astype("int64"))
+    spent = df.groupby(keys, sort=True).agg(tokens=("_tokens", "sum"), cost=("cost", "sum"))
+    final = df[df["is_final"].astype(bool)]
+    confidence = final["confidence"] if "confidence" in final.columns else pd.Series(np.nan, index=final.index)
+    final = final.assign(confidence=pd.to_numeric(confidence, errors="coerce").astype(float),
+                         quality=pd.to_numeric(final["quality"], errors="coerce").astype(float))
+    runs = final.groupby(keys, sort=True).agg(
+        domain=("domain", "last"), question=("question", "last"), plan_text=("plan_text", "last"),
+        quality=("quality", "mean"), answer=("answer", "last"), confidence=("confidence", "mean"),
+    )
+    runs = runs.join(spent, how="left").reset_index()
+    return runs[runs["quality"].notna()].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class _ReplayPlan:
+    """One distinct plan of a held-out task: its logged runs (rows of :func:`replay_executions`,
+    in run-id order), their mean quality and cost."""
+
+    plan_id: str
+    plan_text: str
+    runs: pd.DataFrame
+    expected_quality: float
+    expected_cost: float
+
+
+def _replay_plans(runs: pd.DataFrame) -> list[_ReplayPlan]:
+    """The distinct plan texts of one task's executions (a plan is what the reward model reads:
+    two plan ids with one text are one candidate), in text order."""
+    plans = []
+    for text, group in runs.groupby("plan_text", sort=True):
+        group = group.sort_values("run_id", kind="stable")
+        plans.append(_ReplayPlan(str(group["plan_id"].iloc[0]), str(text), group,
+                                 float(group["quality"].mean()), float(group["cost"].mean())))
+    return plans
+
+
+def _replay_rows(task_id: str, plans: Sequence[_ReplayPlan], *, seed: int, pool_seeds: Sequence[int], candidates: int) -> list[dict]:
+    """Pool rows of one task: per pool seed, its plans in :func:`candidate_order`, the first
+    ``candidates`` kept, each with one of its runs drawn (seeded by pool seed, task and plan)."""
+    rows = []
+    for s in pool_seeds:
+        kept = candidate_order(seed, s, task_id, len(plans))[:candidates]
+        for position, i in enumerate(kept):
+            plan = plans[i]
+            run = plan.runs.iloc[random.Random(_seed_of("replay", seed, s, task_id, plan.plan_text)).randrange(len(plan.runs))]
+            answer = None if run["answer"] is None or (isinstance(run["answer"], float) and math.isnan(run["answer"])) else str(run["answer"])
+            rows.append({
+                "pool_seed": int(s), "task_id": task_id, "domain": str(run["domain"]), "question": str(run["question"]),
+                "candidate": position, "plan_id": plan.plan_id, "plan_text": plan.plan_text, "plan_chars": len(plan.plan_text),
+                "answer": answer, "answer_key": answer_key(str(run["domain"]), answer), "quality": float(run["quality"]),
+                "confidence": float(run["confidence"]), "tokens": int(run["tokens"]), "cost": float(run["cost"]),
+                "expected_quality": plan.expected_quality, "expected_cost": plan.expected_cost,
+            })
+    return rows
+
+
+def build_replay_pool(artifacts: pd.DataFrame, config: PipelineConfig, *, source: str = "artifacts") -> CandidatePool:
+    """The replay pool of an artifact table (ingested traces, DESIGN §7): every held-out task
+    (split ``test`` by :func:`held_out_task_ids` with ``config.pairs``' fractions, so no task the
+    model trained on) with at least two distinct plans becomes one pool task.
+
+    Each of its plans is a candidate: expected quality and cost = the means over the plan's
+    logged runs (:func:`replay_executions`), realised quality, answer, confidence, tokens and
+    cost = one run's, drawn per pool seed (``config.evaluate.pool_seeds``, seeded with
+    ``evaluate.seed``: deterministic for a table and a config). A task with more plans than
+    ``evaluate.candidates`` keeps that many, a different seeded subset per pool seed. Tasks
+    with a single plan are left out (``meta["single_plan_tasks"]`` counts them); with none left
+    the pool is empty (the pairwise gates alone then decide). ``meta``: ``kind="replay"``,
+    ``source``, ``tasks``, ``candidates`` (the most every task has), ``max_plans``.
+    """
+    e = config.evaluate
+    missing = [c for c in ("task_id", "run_id", "plan_id", "plan_text", "question", "domain", "is_final", "quality",
+                           "prompt_tokens", "completion_tokens", "cost", "answer") if c not in artifacts.columns]
+    if missing:
+        raise DataQualityError(f"the artifact table lacks column(s) {missing}: ingest the traces with orchrm ingest first")
+    held_out = held_out_task_ids(artifacts["task_id"], config.pairs)
+    runs = replay_executions(artifacts[artifacts["task_id"].astype(str).isin(held_out)])
+    rows: list[dict] = []
+    single = 0
+    counts: list[int] = []
+    for task_id, task_runs in runs.groupby("task_id", sort=True):
+        plans = _replay_plans(task_runs)
+        if len(plans) < 2:
+            single += 1
+            continue
+        counts.append(len(plans))
+        rows += _replay_rows(str(task_id), plans, seed=e.seed, pool_seeds=e.pool_seeds, candidates=e.candidates)
+    frame = pd.DataFrame(rows, columns=list(POOL_COLUMNS))
+    meta = {"kind": "replay", "source": str(source), "seed": e.seed, "pool_seeds": list(e.pool_seeds), "repeats": 0,
+            "tasks": len(counts), "held_out_tasks": len(held_out), "single_plan_tasks": single,
+            "candidates": min(min(counts), e.candidates) if counts else 0, "max_plans": max(counts) if counts else 0}
+    if single:
+        log.warning("replay pool: %d held-out task(s) have a single plan and are left out", single)
+    if not counts:
+        log.warning("replay pool: none of the %d held-out task(s) has two distinct plans: no best-of-N", len(held_out))
+    return CandidatePool(frame, meta)

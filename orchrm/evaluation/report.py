@@ -30,10 +30,32 @@ class EvaluationReport:
     tables: dict[str, pd.DataFrame]
     config: EvaluateConfig | None = None
     pool_meta: dict[str, Any] = field(default_factory=dict)
+    #: what the pool left out (N values, selectors), as sentences (:func:`orchrm.evaluation.harness.read_pool`)
+    notes: tuple[str, ...] = ()
+    #: the N the gates read (a replay pool's may be below ``config.gates.best_of``); None: the config's
+    gates_best_of: int | None = None
 
     @property
     def gates_n(self) -> int:
+        if self.gates_best_of is not None:
+            return self.gates_best_of
         return self.config.gates.best_of if self.config else int(self.tables["latency"]["N"].iloc[0])
+
+    @property
+    def pool_kind(self) -> str:
+        """``sandbox`` (fresh sandbox tasks) or ``replay`` (a user's own held-out traces)."""
+        return str(self.pool_meta.get("kind", "sandbox"))
+
+    def pool_line(self) -> str:
+        """One sentence naming the pool: its kind, tasks, candidates and where it came from."""
+        meta = self.pool_meta
+        tasks, candidates = meta.get("tasks", "?"), meta.get("candidates", "?")
+        if self.pool_kind == "replay":
+            single = meta.get("single_plan_tasks", 0)
+            left = f"; {single} held-out task(s) with a single plan left out" if single else ""
+            return (f"pool: replay of {tasks} held-out task(s) of {meta.get('source', 'the ingested traces')} "
+                    f"(split test, never trained on), {candidates}+ logged plans each{left}")
+        return f"pool: sandbox, {tasks} fresh held-out task(s) (seed {meta.get('seed', '?')}), {candidates} candidates each"
 
     def write(self, out_dir: str | os.PathLike) -> dict[str, Path]:
         """``metrics.json`` (metrics, champion metrics, pool), one CSV per table, and the plots
@@ -43,6 +65,7 @@ class EvaluationReport:
         out.mkdir(parents=True, exist_ok=True)
         paths: dict[str, Path] = {}
         data = {"metrics": self.metrics, "champion_metrics": self.champion_metrics, "pool": self.pool_meta,
+                "notes": list(self.notes), "gates_best_of": self.gates_n,
                 "config": self.config.model_dump(mode="json") if self.config else None}
         paths["metrics"] = atomic_write_bytes(out / "metrics.json", lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2) + "\n"))
         for name, table in self.tables.items():
@@ -63,7 +86,10 @@ class EvaluationReport:
                  f"  reward mean {fmt_number(m.get('reward_mean', math.nan))} std {fmt_number(m.get('reward_std', math.nan))}"]
         pw = self.tables["pairwise"]
         lines.append(pw.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        lines += ["", self.pool_line(), *(f"  {note}" for note in self.notes)]
         t = self._best_of_n()
+        if t.empty:
+            return "\n".join(lines)
         q = t.pivot(index="selector", columns="N", values="quality").reindex([s for s in SELECTORS if s in set(t["selector"])])
         lines += ["", "best-of-N, mean realised quality over held-out tasks (all domains):",
                   q.to_string(float_format=lambda x: f"{x:.3f}")]
@@ -91,7 +117,8 @@ class EvaluationReport:
         """The report as Markdown: pairwise accuracy, best-of-N per domain, gap closed, latency."""
         m = self.metrics
         n = self.gates_n
-        lines = ["## Pairwise accuracy (held-out pairs)", "",
+        lines = ["## Pool", "", self.pool_line()[0].upper() + self.pool_line()[1:] + ".", "", *(f"- {note}" for note in self.notes)]
+        lines += ["", "## Pairwise accuracy (held-out pairs)", "",
                  "| granularity | domain | pairs | tasks | accuracy [95% CI] | BT loss |", "|---|---|---:|---:|---:|---:|"]
         for r in self.tables["pairwise"].itertuples():
             lines.append(f"| {r.granularity} | {r.domain} | {r.pairs} | {r.tasks} | {r.accuracy:.3f} "
@@ -99,6 +126,8 @@ class EvaluationReport:
         lines += ["", f"ECE {fmt_number(m.get('ece', math.nan))}; reward mean {fmt_number(m.get('reward_mean', math.nan))}, "
                   f"std {fmt_number(m.get('reward_std', math.nan))}.", ""]
         t = self.tables["best_of_n"]
+        if t.empty:
+            return "\n".join(lines)
         for domain in ["all", *sorted(d for d in t["domain"].unique() if d != "all")]:
             sub = t[t["domain"] == domain]
             ns = sorted(sub["N"].unique())

@@ -95,6 +95,7 @@ class PipelineResult:
             "champion_version": self.champion_version,
             "verdict": self.verdict.to_dict() if self.verdict else None,
             "metrics": dict(self.evaluation.metrics) if self.evaluation else {},
+            "pool": self.evaluation.pool_kind if self.evaluation else None,
             "seconds": dict(self.seconds),
         }
 
@@ -255,7 +256,7 @@ def run_pipeline(
         pairs = _pairs_step(run, artifacts)
         _validate_step(run, "validate-pairs", "4/8 validate pairs (Great Expectations)", stages.validate_pairs, pairs, artifacts)
         model = _train_step(run, pairs)
-        evaluation = _evaluate_step(run, model, pairs)
+        evaluation = _evaluate_step(run, model, pairs, artifacts)
         verdict = _gate_step(run, evaluation)
         registered, champion = _register_step(run, model, evaluation, verdict, pairs)
         if new is not None:
@@ -348,13 +349,28 @@ def _train_step(run: _Run, pairs: Pairs) -> TrainedModel:
     return model
 
 
-def _evaluate_step(run: _Run, model: TrainedModel, pairs: Pairs) -> Evaluation:
+def _pool_step(run: _Run, artifacts: Artifacts) -> Pool:
+    """The held-out pool of ``evaluate.pool``: a replay of the artifacts' held-out tasks (``auto``
+    on a run that ingests traces), else fresh sandbox tasks; named on the parent MLflow run."""
+    from orchrm.ops.stages import tag_pool
+
+    config = run.config
+    kind = config.evaluate.pool_kind(ingests=artifacts.origin == "ingest")
+    replay = {"replay": artifacts, "pairs": config.pairs} if kind == "replay" else {}
+    pool = _call(run.stages.build_pool, config.evaluate, config.collect, config.sandbox, data_dir=config.data_dir,
+                 code_version=run.code_version, progress=run.progress, **replay)
+    tag_pool(config, run.parent, pool.kind)
+    what = f"replay of the held-out tasks of {pool.source}" if pool.kind == "replay" else "fresh sandbox tasks"
+    run.say(f"held-out pool ({pool.kind}: {what}): {pool.tasks} tasks, {pool.rows} candidate executions: {pool.path}")
+    return pool
+
+
+def _evaluate_step(run: _Run, model: TrainedModel, pairs: Pairs, artifacts: Artifacts) -> Evaluation:
     """Step 6: build the held-out pool, then evaluate the candidate and the champion on it."""
     config = run.config
     with run.clock.stage("evaluate", "6/8 evaluate on held-out tasks (candidate and champion, same pool)"):
         # after training, not beside it: on a small machine the two only slow each other down
-        pool = _call(run.stages.build_pool, config.evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=run.code_version, progress=run.progress)
-        run.say(f"held-out pool: {pool.tasks} tasks, {pool.rows} candidate executions: {pool.path}")
+        pool = _pool_step(run, artifacts)
         evaluation = _call(run.stages.evaluate, model, pairs, pool, config=config, out_dir=str(run.out), parent_run_id=run.parent)
         run.say(evaluation.summary)
     return evaluation
@@ -488,14 +504,16 @@ def _fmt(value: float | None) -> str:
 
 def _gate_table(verdict: Verdict) -> list[str]:
     """Every gate of ``verdict`` as the rows of a markdown table, header first."""
-    rows = [f"| {g.name} | {_fmt(g.value)} | {_fmt(g.threshold)} | {'pass' if g.passed else 'FAIL'} | {g.detail} |" for g in verdict.gates]
+    rows = [f"| {g.name} | {_fmt(g.value)} | {_fmt(g.threshold)} | {g.mark} | {g.detail} |" for g in verdict.gates]
     return ["| gate | value | threshold | result | detail |", "|---|---|---|---|---|", *rows]
 
 
 def report_markdown(result: PipelineResult) -> str:
-    """The run's report: the verdict with each gate's figure and threshold, then the evaluation's
-    tables (pairwise accuracy, best-of-N)."""
+    """The run's report: the pool it was evaluated on, the verdict with each gate's figure and
+    threshold, then the evaluation's tables (pairwise accuracy, best-of-N)."""
     lines = [f"# OrchRM pipeline: {result.status}", "", result.message, ""]
+    if result.evaluation is not None and result.evaluation.pool_line:
+        lines += [f"Pool: {result.evaluation.pool_line.removeprefix('pool: ')}.", ""]
     if result.verdict is not None:
         lines += ["## Gates", "", *_gate_table(result.verdict), ""]
     if result.registered is not None:

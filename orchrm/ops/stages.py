@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import yaml
 
-from orchrm.config import CollectConfig, EvaluateConfig, GatesConfig, NoiseConfig, PipelineConfig
+from orchrm.config import (
+    CollectConfig,
+    EvaluateConfig,
+    GatesConfig,
+    NoiseConfig,
+    PairsConfig,
+    PipelineConfig,
+)
 from orchrm.errors import ConfigError, DataQualityError, RegistryError, TrainingError
 from orchrm.util.digests import file_digest
 
@@ -101,6 +108,10 @@ class Pool:
     rows: int
     tasks: int
     seed: int
+    #: ``sandbox`` (fresh sandbox tasks) or ``replay`` (the held-out tasks of an artifact table)
+    kind: str = "sandbox"
+    #: what the pool was built from: the sandbox, or the artifact table replayed
+    source: str = "sandbox"
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,10 @@ class Evaluation:
     markdown: str
     #: the same tables as a person reads them in a terminal
     summary: str
+    #: the pool both models were scored on: ``sandbox`` or ``replay``
+    pool_kind: str = "sandbox"
+    #: one sentence naming that pool (:meth:`orchrm.evaluation.report.EvaluationReport.pool_line`)
+    pool_line: str = ""
 
 
 @dataclass(frozen=True)
@@ -372,21 +387,45 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def pool_stage(
-    evaluate: EvaluateConfig, collect: CollectConfig, sandbox: NoiseConfig, *, data_dir: str, code_version: str, progress: bool = False
+    evaluate: EvaluateConfig,
+    collect: CollectConfig,
+    sandbox: NoiseConfig,
+    *,
+    data_dir: str,
+    code_version: str,
+    progress: bool = False,
+    replay: Artifacts | None = None,
+    pairs: PairsConfig | None = None,
 ) -> Pool:
-    """Build the held-out candidate pool (:func:`orchrm.evaluation.build_pool`: tasks from
-    ``evaluate.seed``, never the collection seed) and write ``<data_dir>/pools/<key>/pool.parquet``;
-    ``key`` hashes the inputs, as for :func:`collect_stage`."""
-    from orchrm.evaluation.pool import build_pool
+    """Build the held-out candidate pool and write ``<data_dir>/pools/<key>/pool.parquet``;
+    ``key`` hashes the inputs, as for :func:`collect_stage`.
 
-    key = _key(evaluate.model_dump(mode="json"), collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version)
-    cfg = PipelineConfig(data_dir=data_dir, collect=collect, sandbox=sandbox, evaluate=evaluate)
-    pool = build_pool(cfg, progress=progress)
+    Without ``replay``: fresh sandbox tasks (:func:`orchrm.evaluation.build_pool`: tasks from
+    ``evaluate.seed``, never the collection seed). With ``replay`` (an artifact table, e.g. the
+    run's ingested traces): its held-out tasks (split ``test`` by ``pairs``' fractions, the
+    pair table's split) replayed (:func:`orchrm.evaluation.pool.build_replay_pool`); the key then
+    hashes the table's bytes too."""
+    from orchrm.evaluation.pool import build_pool, build_replay_pool
+
+    if replay is None:
+        key = _key(evaluate.model_dump(mode="json"), collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version)
+        cfg = PipelineConfig(data_dir=data_dir, collect=collect, sandbox=sandbox, evaluate=evaluate)
+        pool = build_pool(cfg, progress=progress)
+        source = "sandbox"
+    else:
+        from orchrm.data.tables import read_table
+
+        pairs = pairs or PairsConfig()
+        key = _key("replay", file_digest(replay.path), evaluate.model_dump(mode="json"),
+                   [pairs.val_fraction, pairs.test_fraction], code_version)
+        cfg = PipelineConfig(data_dir=data_dir, evaluate=evaluate, pairs=pairs)
+        source = str(replay.path)
+        pool = build_replay_pool(read_table(replay.path), cfg, source=source)
     path = Path(data_dir) / "pools" / key / "pool.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     pool.save(path)
     frame = pool.frame
-    return Pool(path=path, rows=len(frame), tasks=int(frame.task_id.nunique()) if "task_id" in frame else 0, seed=evaluate.seed)
+    return Pool(path=path, rows=len(frame), tasks=pool.tasks, seed=evaluate.seed, kind=str(pool.meta["kind"]), source=source)
 
 
 def evaluate_stage(
@@ -415,6 +454,7 @@ def evaluate_stage(
         report = evaluate(candidate, pairs=held_out, pool=pool_obj, config=config.evaluate, champion=champion)
         report.write(target)
         tracking.log_evaluation(report, run_id=run_id, champion_version=champion_version if model is not None else None)
+        tag_pool(config, run_id, report.pool_kind)
     return Evaluation(
         run_id=run_id,
         report_dir=target,
@@ -423,7 +463,26 @@ def evaluate_stage(
         champion_version=champion_version if model is not None else None,
         markdown=report.to_markdown(),
         summary=report.summary(),
+        pool_kind=report.pool_kind,
+        pool_line=report.pool_line(),
     )
+
+
+#: the MLflow tag (and param) naming the pool a run's figures were measured on
+POOL_TAG = "orchrm.pool"
+
+
+def tag_pool(config: PipelineConfig, run_id: str, kind: str) -> None:
+    """Name the pool (``sandbox`` / ``replay``) on the MLflow run ``run_id``: tag and param
+    :data:`POOL_TAG`, so a run's figures never read as measured on another pool."""
+    from mlflow.entities import Param
+
+    from orchrm.ops import tracking
+
+    uri = tracking.tracking_uri(config)
+    c = tracking.client(uri)
+    tracking.with_server_retries(uri, lambda: c.set_tag(run_id, POOL_TAG, kind), "tagging the run with its pool")
+    tracking.log_batch(uri, run_id, params=[Param(POOL_TAG, kind)], what="logging the pool param")
 
 
 def _held_out_pairs(pairs: Pairs | None, config: PipelineConfig) -> pd.DataFrame:
