@@ -86,7 +86,8 @@ class EvaluationReport:
                  f"  reward mean {fmt_number(m.get('reward_mean', math.nan))} std {fmt_number(m.get('reward_std', math.nan))}"]
         pw = self.tables["pairwise"]
         lines.append(pw.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-        lines += ["", self.pool_line(), *(f"  {note}" for note in self.notes)]
+        if self.pool_meta:  # a report rebuilt from metrics alone does not know its pool
+            lines += ["", self.pool_line(), *(f"  {note}" for note in self.notes)]
         t = self._best_of_n()
         if t.empty:
             return "\n".join(lines)
@@ -117,8 +118,11 @@ class EvaluationReport:
         """The report as Markdown: pairwise accuracy, best-of-N per domain, gap closed, latency."""
         m = self.metrics
         n = self.gates_n
-        lines = ["## Pool", "", self.pool_line()[0].upper() + self.pool_line()[1:] + ".", "", *(f"- {note}" for note in self.notes)]
-        lines += ["", "## Pairwise accuracy (held-out pairs)", "",
+        lines = []
+        if self.pool_meta:  # a report rebuilt from metrics alone does not know its pool
+            line = self.pool_line()
+            lines += ["## Pool", "", line[0].upper() + line[1:] + ".", "", *(f"- {note}" for note in self.notes), ""]
+        lines += ["## Pairwise accuracy (held-out pairs)", "",
                  "| granularity | domain | pairs | tasks | accuracy [95% CI] | BT loss |", "|---|---|---:|---:|---:|---:|"]
         for r in self.tables["pairwise"].itertuples():
             lines.append(f"| {r.granularity} | {r.domain} | {r.pairs} | {r.tasks} | {r.accuracy:.3f} "
