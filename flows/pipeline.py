@@ -24,6 +24,12 @@ from orchrm.config import PipelineConfig, load_config
 from orchrm.ops import pipeline
 
 DEFAULT_CONFIG = "configs/default.yaml"
+#: timeout of the deployed flows (pipeline, nightly, weekly): a day, so that a run that hangs never
+#: reaches into the next night's, which its deployment's concurrency limit holds back until then
+FLOW_TIMEOUT_S = 24 * 3600
+#: what the stages other than training (collection or ingest, validation, pairs, evaluation,
+#: registry) may take on top of ``pipeline.train_timeout_s``, in :func:`stages_timeout`
+OTHER_STAGES_S = 3 * 3600
 
 
 def stages(config: PipelineConfig) -> pipeline.Stages:
@@ -45,6 +51,11 @@ def stages(config: PipelineConfig) -> pipeline.Stages:
         promote=promote.promote.with_options(**io),
         record_ingested=collect.record_ingested.with_options(**io),
     )
+
+
+def stages_timeout(config: PipelineConfig) -> float:
+    """Timeout of the ``orchrm-stages`` flow: ``pipeline.train_timeout_s`` plus :data:`OTHER_STAGES_S`."""
+    return config.pipeline.train_timeout_s + OTHER_STAGES_S
 
 
 def task_runner(config: PipelineConfig):
@@ -72,14 +83,14 @@ def publish(result: pipeline.PipelineResult, config: PipelineConfig) -> None:
         create_link_artifact(key="orchrm-mlflow-run", link=url, link_text=f"MLflow run {result.run_id}", description="the pipeline's parent run")
 
 
-@flow(name="orchrm-pipeline")
+@flow(name="orchrm-pipeline", timeout_seconds=FLOW_TIMEOUT_S)
 def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
     """Every stage once: collect (or ingest ``traces_dir``), validate, pairs, validate, train,
     evaluate, gate, register, promote. Fails on bad data or a failed training; completes with
     verdict ``rejected`` when a gate fails (``champion`` untouched)."""
     cfg = load_config(config)
     try:
-        result = run_stages.with_options(task_runner=task_runner(cfg))(cfg, traces_dir=traces_dir, run_dir=run_dir)
+        result = run_stages.with_options(task_runner=task_runner(cfg), timeout_seconds=stages_timeout(cfg))(cfg, traces_dir=traces_dir, run_dir=run_dir)
     except Exception as exc:
         create_markdown_artifact(key="orchrm-pipeline-report", markdown=pipeline.failure_markdown(exc), description=f"failed: {type(exc).__name__}")
         raise
@@ -87,14 +98,14 @@ def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None,
     return result
 
 
-@flow(name="orchrm-nightly")
+@flow(name="orchrm-nightly", timeout_seconds=FLOW_TIMEOUT_S)
 def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> pipeline.PipelineResult:
     """Retrain on the trace files of ``traces_dir`` (default ``pipeline.traces_dir``); a night with no
     new file ends early and says so."""
     return orchrm_pipeline(config, traces_dir=pipeline.nightly_traces_dir(load_config(config), traces_dir))
 
 
-@flow(name="orchrm-weekly-reevaluation")
+@flow(name="orchrm-weekly-reevaluation", timeout_seconds=FLOW_TIMEOUT_S)
 def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None) -> pipeline.Reevaluation:
     """The champion on fresh held-out tasks (``seed``, default one per ISO week), gates checked."""
     cfg = load_config(config)
