@@ -4,7 +4,8 @@
 on the configured task runner, then publishes two Prefect artifacts: the markdown report (gate
 verdict with every figure and threshold, pairwise and best-of-N tables) and a link to the MLflow
 run. ``orchrm-nightly`` is the same on the new traces of a folder; ``orchrm-weekly-reevaluation``
-evaluates the champion again on fresh held-out tasks.
+evaluates the champion again on fresh held-out tasks. Every persisted result (the flows', the cached
+stages') is JSON, never a pickle.
 
     python -m flows.pipeline --config configs/default.yaml          # one run, Prefect's ephemeral API
     python -m flows.pipeline --config configs/default.yaml --demo   # what `make demo` runs
@@ -71,7 +72,7 @@ def task_runner(config: PipelineConfig):
     return ThreadPoolTaskRunner(max_workers=run.max_workers)
 
 
-@flow(name="orchrm-stages")
+@flow(name="orchrm-stages", result_serializer="json")
 def run_stages(config: PipelineConfig, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
     return pipeline.run_pipeline(config, traces_dir=traces_dir, run_dir=run_dir, stages=stages(config), say=get_run_logger().info)
 
@@ -83,7 +84,7 @@ def publish(result: pipeline.PipelineResult, config: PipelineConfig) -> None:
         create_link_artifact(key="orchrm-mlflow-run", link=url, link_text=f"MLflow run {result.run_id}", description="the pipeline's parent run")
 
 
-@flow(name="orchrm-pipeline", timeout_seconds=FLOW_TIMEOUT_S)
+@flow(name="orchrm-pipeline", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
 def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
     """Every stage once: collect (or ingest ``traces_dir``), validate, pairs, validate, train,
     evaluate, gate, register, promote. Fails on bad data or a failed training; completes with
@@ -98,14 +99,14 @@ def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None,
     return result
 
 
-@flow(name="orchrm-nightly", timeout_seconds=FLOW_TIMEOUT_S)
+@flow(name="orchrm-nightly", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
 def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> pipeline.PipelineResult:
     """Retrain on the trace files of ``traces_dir`` (default ``pipeline.traces_dir``); a night with no
     new file ends early and says so."""
     return orchrm_pipeline(config, traces_dir=pipeline.nightly_traces_dir(load_config(config), traces_dir))
 
 
-@flow(name="orchrm-weekly-reevaluation", timeout_seconds=FLOW_TIMEOUT_S)
+@flow(name="orchrm-weekly-reevaluation", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
 def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None) -> pipeline.Reevaluation:
     """The champion on fresh held-out tasks (``seed``, default one per ISO week), gates checked."""
     cfg = load_config(config)

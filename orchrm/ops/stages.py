@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -43,16 +43,16 @@ from orchrm.config import (
     PipelineConfig,
 )
 from orchrm.errors import ConfigError, DataQualityError, RegistryError, TrainingError
+from orchrm.evaluation.gates import Verdict
 from orchrm.util.digests import file_digest
-
-if TYPE_CHECKING:
-    from orchrm.evaluation.gates import Verdict
 
 TRACE_SUFFIXES = (".jsonl", ".parquet")
 
 
 # --------------------------------------------------------------------------------------------
 # what the stages hand each other
+# (paths, numbers, strings and these dataclasses: Prefect persists them as JSON and rebuilds each from its
+# annotations, so every annotated type is imported at run time)
 
 
 @dataclass(frozen=True)
