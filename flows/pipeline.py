@@ -18,6 +18,7 @@ import sys
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.states import Completed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import build_pairs, collect, evaluate, promote, train, validate
@@ -84,11 +85,19 @@ def publish(result: pipeline.PipelineResult, config: PipelineConfig) -> None:
         create_link_artifact(key="orchrm-mlflow-run", link=url, link_text=f"MLflow run {result.run_id}", description="the pipeline's parent run")
 
 
+def completed(result: pipeline.PipelineResult) -> State:
+    """The pipeline flow run's final state: Completed with ``result`` as its data and the outcome as
+    its message, ``<status>: <message>`` (a rejected run names the gates that failed), so that the
+    Prefect UI and API show the verdict beside the run, not only in its artifact."""
+    return Completed(message=f"{result.status}: {result.message}", data=result)
+
+
 @flow(name="orchrm-pipeline", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
-def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
+def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None, run_dir: str | None = None) -> State:
     """Every stage once: collect (or ingest ``traces_dir``), validate, pairs, validate, train,
     evaluate, gate, register, promote. Fails on bad data or a failed training; completes with
-    verdict ``rejected`` when a gate fails (``champion`` untouched)."""
+    verdict ``rejected`` when a gate fails (``champion`` untouched). The flow run ends
+    :func:`completed` (calling the flow returns the :class:`~orchrm.ops.pipeline.PipelineResult`)."""
     cfg = load_config(config)
     try:
         result = run_stages.with_options(task_runner=task_runner(cfg), timeout_seconds=stages_timeout(cfg))(cfg, traces_dir=traces_dir, run_dir=run_dir)
@@ -96,23 +105,25 @@ def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None,
         create_markdown_artifact(key="orchrm-pipeline-report", markdown=pipeline.failure_markdown(exc), description=f"failed: {type(exc).__name__}")
         raise
     publish(result, cfg)
-    return result
+    return completed(result)
 
 
 @flow(name="orchrm-nightly", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
-def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> pipeline.PipelineResult:
+def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> State:
     """Retrain on the trace files of ``traces_dir`` (default ``pipeline.traces_dir``); a night with no
-    new file ends early and says so."""
-    return orchrm_pipeline(config, traces_dir=pipeline.nightly_traces_dir(load_config(config), traces_dir))
+    new file ends early and says so (in the state message, as :func:`completed`)."""
+    return completed(orchrm_pipeline(config, traces_dir=pipeline.nightly_traces_dir(load_config(config), traces_dir)))
 
 
 @flow(name="orchrm-weekly-reevaluation", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
-def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None) -> pipeline.Reevaluation:
-    """The champion on fresh held-out tasks (``seed``, default one per ISO week), gates checked."""
+def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None) -> State:
+    """The champion on fresh held-out tasks (``seed``, default one per ISO week), gates checked; the
+    flow run's state message says whether it still passes every gate (calling the flow returns the
+    :class:`~orchrm.ops.pipeline.Reevaluation`)."""
     cfg = load_config(config)
     result = pipeline.reevaluate_champion(cfg, seed=seed, stages=stages(cfg), say=get_run_logger().info)
     create_markdown_artifact(key="orchrm-weekly-report", markdown=pipeline.reevaluation_markdown(result), description=result.message)
-    return result
+    return Completed(message=result.message, data=result)
 
 
 def main(argv: list[str] | None = None) -> int:
