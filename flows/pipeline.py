@@ -18,12 +18,14 @@ import sys
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.logging.loggers import flow_run_logger
 from prefect.states import Completed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import build_pairs, collect, evaluate, promote, train, validate
 from orchrm.config import PipelineConfig, load_config
 from orchrm.ops import pipeline
+from orchrm.ops.stages import stop_training
 
 DEFAULT_CONFIG = "configs/default.yaml"
 #: timeout of the deployed flows (pipeline, nightly, weekly): a day, so that a run that hangs never
@@ -73,7 +75,21 @@ def task_runner(config: PipelineConfig):
     return ThreadPoolTaskRunner(max_workers=run.max_workers)
 
 
-@flow(name="orchrm-stages", result_serializer="json")
+def stop_trainers(flow, flow_run, state) -> None:
+    """Flow hook on cancellation, crash and failure (a timeout too): stop the training subprocesses
+    this process still runs (:func:`orchrm.ops.stages.stop_training`), so that none outlives the
+    flow run. A process worker's cancel signals the flow run's process group, which the trainer (a
+    session of its own) is not in. The hooks of a nested flow (``orchrm-stages`` always is) run in
+    the flow run's own process, where the trainer was started."""
+    stopped = stop_training()
+    if stopped:
+        flow_run_logger(flow_run, flow).warning(f"{state.name}: stopped the training process(es) {', '.join(map(str, stopped))}")
+
+
+STOP_TRAINERS = {"on_cancellation": [stop_trainers], "on_crashed": [stop_trainers], "on_failure": [stop_trainers]}
+
+
+@flow(name="orchrm-stages", result_serializer="json", **STOP_TRAINERS)
 def run_stages(config: PipelineConfig, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
     return pipeline.run_pipeline(config, traces_dir=traces_dir, run_dir=run_dir, stages=stages(config), say=get_run_logger().info)
 
@@ -92,7 +108,7 @@ def completed(result: pipeline.PipelineResult) -> State:
     return Completed(message=f"{result.status}: {result.message}", data=result)
 
 
-@flow(name="orchrm-pipeline", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
+@flow(name="orchrm-pipeline", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json", **STOP_TRAINERS)
 def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None, run_dir: str | None = None) -> State:
     """Every stage once: collect (or ingest ``traces_dir``), validate, pairs, validate, train,
     evaluate, gate, register, promote. Fails on bad data or a failed training; completes with
