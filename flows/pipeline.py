@@ -91,7 +91,14 @@ STOP_TRAINERS = {"on_cancellation": [stop_trainers], "on_crashed": [stop_trainer
 
 @flow(name="orchrm-stages", result_serializer="json", **STOP_TRAINERS)
 def run_stages(config: PipelineConfig, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
-    return pipeline.run_pipeline(config, traces_dir=traces_dir, run_dir=run_dir, stages=stages(config), say=get_run_logger().info)
+    """:func:`orchrm.ops.pipeline.run_pipeline` with the stage tasks. Whatever stops it while it waits
+    (the termination signal of a worker cancelling the run, a timeout) stops the training
+    subprocess first, before Prefect reports the state (the hooks do the same after)."""
+    try:
+        return pipeline.run_pipeline(config, traces_dir=traces_dir, run_dir=run_dir, stages=stages(config), say=get_run_logger().info)
+    except BaseException:
+        stop_training()
+        raise
 
 
 def publish(result: pipeline.PipelineResult, config: PipelineConfig) -> None:

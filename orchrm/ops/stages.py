@@ -413,7 +413,8 @@ def stop_training() -> tuple[int, ...]:
 
     The trainer runs in a session of its own, so a signal to the pipeline's process group (a
     Prefect worker cancelling a flow run) does not reach it, and the thread waiting on it may never
-    get to stop it; the flows call this from their cancellation, crash and failure hooks. The
+    get to stop it; the flows call this when they are stopped (a handler around the stages, and
+    their cancellation, crash and failure hooks). The
     waiting :func:`train_stage` then raises :class:`TrainingError` (killed by a signal)."""
     with _TRAINERS_LOCK:
         procs = list(_TRAINERS)

@@ -106,3 +106,62 @@ def test_a_flow_that_fails_while_training_runs_leaves_no_trainer(sleeping_traine
     assert state.is_failed()
     assert not _alive(seen["trainer"]) and not _alive(seen["worker"])
     assert stages.running_trainers() == ()
+
+
+DRIVER = """
+import contextlib, pathlib, sys
+import flows.pipeline
+from prefect import flow
+from orchrm.config import config_from_dict
+from orchrm.ops import stages
+
+folder, script = pathlib.Path(sys.argv[1]), sys.argv[2]
+stages.train_command = lambda config, **_: [sys.executable, "-c", script]
+stages._stage_run = lambda config, name, parent: contextlib.nullcontext("run")
+PAIRS = stages.Pairs(folder / "pairs.parquet", 0, {}, "digest", "run")
+
+def train_only(config, *, stages, **_):
+    return stages.train.submit(PAIRS, config=config, out_dir=str(folder / "run"), parent_run_id="p").result()
+
+flows.pipeline.pipeline.run_pipeline = train_only
+
+@flow
+def deployed():
+    return flows.pipeline.run_stages(config_from_dict({"data_dir": str(folder / "data")}))
+
+deployed()
+"""
+
+
+def test_a_flow_run_terminated_by_a_signal_leaves_no_trainer(tmp_path):
+    """SIGTERM, what a worker sends a flow run it cancels, to a process whose deployed flow runs
+    ``orchrm-stages`` (its pipeline cut down to the training task) while it trains: the run stops
+    its trainer on the way out."""
+    import signal
+    import subprocess
+
+    from prefect.settings import get_current_settings
+
+    worker_pid = tmp_path / "worker.pid"
+    script = (
+        "import subprocess, sys, time; "
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        f"open({str(worker_pid)!r}, 'w').write(str(w.pid)); time.sleep(600)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "PREFECT_API_URL": str(get_current_settings().api.url)}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path), script], cwd=root, env=env)
+    trainer = None
+    try:
+        worker = _wait_for(worker_pid)
+        trainer = os.getpgid(worker)  # the trainer leads the worker's process group
+        assert _alive(trainer) and trainer != driver.pid
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(timeout=120)
+        assert not _alive(trainer) and not _alive(worker)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        if trainer is not None:  # whatever the test found, it leaves nothing running
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(trainer, signal.SIGKILL)
