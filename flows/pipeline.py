@@ -4,7 +4,8 @@
 on the configured task runner, then publishes two Prefect artifacts: the markdown report (gate
 verdict with every figure and threshold, pairwise and best-of-N tables) and a link to the MLflow
 run. ``orchrm-nightly`` is the same on the new traces of a folder; ``orchrm-weekly-reevaluation``
-evaluates the champion again on fresh held-out tasks.
+evaluates the champion again on fresh held-out tasks. Every persisted result (the flows', the cached
+stages') is JSON, never a pickle.
 
     python -m flows.pipeline --config configs/default.yaml          # one run, Prefect's ephemeral API
     python -m flows.pipeline --config configs/default.yaml --demo   # what `make demo` runs
@@ -17,13 +18,22 @@ import sys
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.logging.loggers import flow_run_logger
+from prefect.states import Completed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import build_pairs, collect, evaluate, promote, train, validate
 from orchrm.config import PipelineConfig, load_config
 from orchrm.ops import pipeline
+from orchrm.ops.stages import stop_training
 
 DEFAULT_CONFIG = "configs/default.yaml"
+#: timeout of the deployed flows (pipeline, nightly, weekly): a day, so that a run that hangs never
+#: reaches into the next night's, which its deployment's concurrency limit holds back until then
+FLOW_TIMEOUT_S = 24 * 3600
+#: what the stages other than training (collection or ingest, validation, pairs, evaluation,
+#: registry) may take on top of ``pipeline.train_timeout_s``, in :func:`stages_timeout`
+OTHER_STAGES_S = 3 * 3600
 
 
 def stages(config: PipelineConfig) -> pipeline.Stages:
@@ -47,6 +57,11 @@ def stages(config: PipelineConfig) -> pipeline.Stages:
     )
 
 
+def stages_timeout(config: PipelineConfig) -> float:
+    """Timeout of the ``orchrm-stages`` flow: ``pipeline.train_timeout_s`` plus :data:`OTHER_STAGES_S`."""
+    return config.pipeline.train_timeout_s + OTHER_STAGES_S
+
+
 def task_runner(config: PipelineConfig):
     """``pipeline.task_runner``: threads, or prefect-dask's DaskTaskRunner (the scheduler at
     ``pipeline.dask_address``, else a local cluster)."""
@@ -60,9 +75,30 @@ def task_runner(config: PipelineConfig):
     return ThreadPoolTaskRunner(max_workers=run.max_workers)
 
 
-@flow(name="orchrm-stages")
+def stop_trainers(flow, flow_run, state) -> None:
+    """Flow hook on cancellation, crash and failure (a timeout too): stop the training subprocesses
+    this process still runs (:func:`orchrm.ops.stages.stop_training`), so that none outlives the
+    flow run. A process worker's cancel signals the flow run's process group, which the trainer (a
+    session of its own) is not in. The hooks of a nested flow (``orchrm-stages`` always is) run in
+    the flow run's own process, where the trainer was started."""
+    stopped = stop_training()
+    if stopped:
+        flow_run_logger(flow_run, flow).warning(f"{state.name}: stopped the training process(es) {', '.join(map(str, stopped))}")
+
+
+STOP_TRAINERS = {"on_cancellation": [stop_trainers], "on_crashed": [stop_trainers], "on_failure": [stop_trainers]}
+
+
+@flow(name="orchrm-stages", result_serializer="json", **STOP_TRAINERS)
 def run_stages(config: PipelineConfig, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
-    return pipeline.run_pipeline(config, traces_dir=traces_dir, run_dir=run_dir, stages=stages(config), say=get_run_logger().info)
+    """:func:`orchrm.ops.pipeline.run_pipeline` with the stage tasks. Whatever stops it while it waits
+    (the termination signal of a worker cancelling the run, a timeout) stops the training
+    subprocess first, before Prefect reports the state (the hooks do the same after)."""
+    try:
+        return pipeline.run_pipeline(config, traces_dir=traces_dir, run_dir=run_dir, stages=stages(config), say=get_run_logger().info)
+    except BaseException:
+        stop_training()
+        raise
 
 
 def publish(result: pipeline.PipelineResult, config: PipelineConfig) -> None:
@@ -72,35 +108,45 @@ def publish(result: pipeline.PipelineResult, config: PipelineConfig) -> None:
         create_link_artifact(key="orchrm-mlflow-run", link=url, link_text=f"MLflow run {result.run_id}", description="the pipeline's parent run")
 
 
-@flow(name="orchrm-pipeline")
-def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None, run_dir: str | None = None) -> pipeline.PipelineResult:
+def completed(result: pipeline.PipelineResult) -> State:
+    """The pipeline flow run's final state: Completed with ``result`` as its data and the outcome as
+    its message, ``<status>: <message>`` (a rejected run names the gates that failed), so that the
+    Prefect UI and API show the verdict beside the run, not only in its artifact."""
+    return Completed(message=f"{result.status}: {result.message}", data=result)
+
+
+@flow(name="orchrm-pipeline", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json", **STOP_TRAINERS)
+def orchrm_pipeline(config: str = DEFAULT_CONFIG, traces_dir: str | None = None, run_dir: str | None = None) -> State:
     """Every stage once: collect (or ingest ``traces_dir``), validate, pairs, validate, train,
     evaluate, gate, register, promote. Fails on bad data or a failed training; completes with
-    verdict ``rejected`` when a gate fails (``champion`` untouched)."""
+    verdict ``rejected`` when a gate fails (``champion`` untouched). The flow run ends
+    :func:`completed` (calling the flow returns the :class:`~orchrm.ops.pipeline.PipelineResult`)."""
     cfg = load_config(config)
     try:
-        result = run_stages.with_options(task_runner=task_runner(cfg))(cfg, traces_dir=traces_dir, run_dir=run_dir)
+        result = run_stages.with_options(task_runner=task_runner(cfg), timeout_seconds=stages_timeout(cfg))(cfg, traces_dir=traces_dir, run_dir=run_dir)
     except Exception as exc:
         create_markdown_artifact(key="orchrm-pipeline-report", markdown=pipeline.failure_markdown(exc), description=f"failed: {type(exc).__name__}")
         raise
     publish(result, cfg)
-    return result
+    return completed(result)
 
 
-@flow(name="orchrm-nightly")
-def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> pipeline.PipelineResult:
+@flow(name="orchrm-nightly", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
+def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> State:
     """Retrain on the trace files of ``traces_dir`` (default ``pipeline.traces_dir``); a night with no
-    new file ends early and says so."""
-    return orchrm_pipeline(config, traces_dir=pipeline.nightly_traces_dir(load_config(config), traces_dir))
+    new file ends early and says so (in the state message, as :func:`completed`)."""
+    return completed(orchrm_pipeline(config, traces_dir=pipeline.nightly_traces_dir(load_config(config), traces_dir)))
 
 
-@flow(name="orchrm-weekly-reevaluation")
-def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None) -> pipeline.Reevaluation:
-    """The champion on fresh held-out tasks (``seed``, default one per ISO week), gates checked."""
+@flow(name="orchrm-weekly-reevaluation", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
+def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None) -> State:
+    """The champion on fresh held-out tasks (``seed``, default one per ISO week), gates checked; the
+    flow run's state message says whether it still passes every gate (calling the flow returns the
+    :class:`~orchrm.ops.pipeline.Reevaluation`)."""
     cfg = load_config(config)
     result = pipeline.reevaluate_champion(cfg, seed=seed, stages=stages(cfg), say=get_run_logger().info)
     create_markdown_artifact(key="orchrm-weekly-report", markdown=pipeline.reevaluation_markdown(result), description=result.message)
-    return result
+    return Completed(message=result.message, data=result)
 
 
 def main(argv: list[str] | None = None) -> int:

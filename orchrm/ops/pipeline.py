@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from orchrm.config import PipelineConfig
 from orchrm.errors import ConfigError, DataQualityError, RegistryError, TrainingError
+from orchrm.evaluation.gates import Verdict
 from orchrm.ops.stages import (
     Artifacts,
     Evaluation,
@@ -51,9 +52,6 @@ from orchrm.ops.stages import (
     validate_pairs_stage,
 )
 from orchrm.util.digests import source_hash
-
-if TYPE_CHECKING:
-    from orchrm.evaluation.gates import Verdict
 
 log = logging.getLogger("orchrm.ops.pipeline")
 

@@ -25,11 +25,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -43,16 +44,16 @@ from orchrm.config import (
     PipelineConfig,
 )
 from orchrm.errors import ConfigError, DataQualityError, RegistryError, TrainingError
+from orchrm.evaluation.gates import Verdict
 from orchrm.util.digests import file_digest
-
-if TYPE_CHECKING:
-    from orchrm.evaluation.gates import Verdict
 
 TRACE_SUFFIXES = (".jsonl", ".parquet")
 
 
 # --------------------------------------------------------------------------------------------
 # what the stages hand each other
+# (paths, numbers, strings and these dataclasses: Prefect persists them as JSON and rebuilds each from its
+# annotations, so every annotated type is imported at run time)
 
 
 @dataclass(frozen=True)
@@ -349,8 +350,10 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
         env = {**os.environ, "MLFLOW_TRACKING_URI": tracking.tracking_uri(config), "PYTHONUNBUFFERED": "1"}
         log_path = model_dir / "train.log"
         with log_path.open("wb") as out_log:
-            # a session of its own, so a timeout stops torchrun's workers too
+            # a session of its own, so a timeout stops torchrun's workers too; recorded while it runs, so
+            # that stop_training() stops it when the run is cancelled or crashes while this thread waits
             proc = subprocess.Popen(cmd, stdout=out_log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            _running(proc, True)
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -362,6 +365,8 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
             except BaseException:
                 _stop(proc)
                 raise
+            finally:
+                _running(proc, False)
         if code != 0:
             tail = "\n".join(log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-15:])
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
@@ -384,6 +389,38 @@ def _stop(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+#: the training subprocesses of this process that still run (:func:`train_stage` records them)
+_TRAINERS: set[subprocess.Popen] = set()
+_TRAINERS_LOCK = threading.Lock()
+
+
+def _running(proc: subprocess.Popen, running: bool) -> None:
+    with _TRAINERS_LOCK:
+        (_TRAINERS.add if running else _TRAINERS.discard)(proc)
+
+
+def running_trainers() -> tuple[int, ...]:
+    """The process ids of the training subprocesses this process started that still run."""
+    with _TRAINERS_LOCK:
+        return tuple(sorted(p.pid for p in _TRAINERS))
+
+
+def stop_training() -> tuple[int, ...]:
+    """Stop every training subprocess this process started that still runs, with its whole process
+    group (torchrun's workers too), and wait for each; return their process ids.
+
+    The trainer runs in a session of its own, so a signal to the pipeline's process group (a
+    Prefect worker cancelling a flow run) does not reach it, and the thread waiting on it may never
+    get to stop it; the flows call this when they are stopped (a handler around the stages, and
+    their cancellation, crash and failure hooks). The
+    waiting :func:`train_stage` then raises :class:`TrainingError` (killed by a signal)."""
+    with _TRAINERS_LOCK:
+        procs = list(_TRAINERS)
+    for proc in procs:
+        _stop(proc)
+    return tuple(sorted(p.pid for p in procs))
 
 
 def pool_stage(

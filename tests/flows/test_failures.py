@@ -46,10 +46,17 @@ def test_a_night_without_new_traces_ends_early_and_says_so(tmp_path):
     traces = tmp_path / "traces"
     traces.mkdir()
     config = write_config(tmp_path, pipeline={"traces_dir": str(traces)})
-    result = nightly(str(config))
+    state = nightly(str(config), return_state=True)
+    result = state.result()
     assert result.status == "no-new-traces"
     assert "no new traces" in result.message and str(traces) in result.message
     assert result.registered is None
+    # the flow run says so itself, through the API, not only in its artifact
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        stored = client.read_flow_run(state.state_details.flow_run_id).state
+    assert stored.is_completed() and stored.message == f"no-new-traces: {result.message}"
 
 
 def test_the_nightly_deployment_needs_a_traces_folder(tmp_path):

@@ -113,9 +113,17 @@ def test_a_failed_gate_completes_with_verdict_rejected_and_champion_untouched(st
     cfg = load_config(path)
     champion = registry.champion_version(cfg)
     strict = write_config(path.parent, "strict.yaml", evaluate={"gates": {**LENIENT, "max_scoring_latency_ms": 1e-6}})
-    result = orchrm_pipeline(str(strict))
+    state = orchrm_pipeline(str(strict), return_state=True)
+    result = state.result()
     assert result.status == "rejected"
     assert "scoring_latency" in [g.name for g in result.verdict.failed()]
+    # the verdict and every failing gate are in the flow run's state message, as the API shows it
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        stored = client.read_flow_run(state.state_details.flow_run_id).state
+    assert stored.is_completed() and stored.message.startswith("rejected: ")
+    assert all(g.name in stored.message for g in result.verdict.failed())
     assert registry.champion_version(cfg) == champion
     assert registry.alias_version(cfg, "challenger") == result.registered.version
     assert result.registered.version != champion

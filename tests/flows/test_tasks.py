@@ -1,12 +1,16 @@
-"""The Prefect side of the stages: the collection cache, and the task runner that ``pipeline.task_runner`` picks."""
+"""The Prefect side of the stages: the collection cache and its JSON results, and the task runner that ``pipeline.task_runner`` picks."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
 from orchrm.config import config_from_dict
+from orchrm.ops.stages import Artifacts
 from tests.flows.conftest import write_config
 
 
@@ -44,4 +48,48 @@ def test_the_collection_is_cached_on_its_inputs_with_results_under_the_data_dir(
     first, again, other, newer_code = twice_then_another_seed()
     assert [s.name for s in (first, again, other, newer_code)] == ["Completed", "Cached", "Completed", "Completed"]
     assert again.result().path == first.result().path and again.result().path.is_file()
-    assert any((tmp_path / "data" / "prefect-results").iterdir())
+    # the cached result is read back from a JSON record (no pickle) that rebuilds the dataclass
+    assert again.data.metadata.serializer.type == "json"
+    assert again.result() == first.result() and isinstance(again.result(), Artifacts)
+    record = json.loads(Path(again.data.metadata.storage_key).read_text())
+    assert record["metadata"]["serializer"]["type"] == "json"
+    stored = json.loads(record["result"])
+    assert stored["__class__"] == "orchrm.ops.stages.Artifacts"
+    assert stored["data"] == {"path": str(first.result().path), "rows": first.result().rows, "tasks": first.result().tasks, "origin": "sandbox"}
+    assert Path(again.data.metadata.storage_key).parent == tmp_path / "data" / "prefect-results"
+
+
+def test_every_stage_result_and_flow_result_round_trips_through_prefects_json_serializer(tmp_path):
+    from prefect.serializers import JSONSerializer
+
+    from orchrm.evaluation.gates import GateResult, Verdict
+    from orchrm.ops.pipeline import PipelineResult, Reevaluation
+    from orchrm.ops.stages import (
+        Evaluation,
+        NewTraces,
+        Pairs,
+        Pool,
+        Registered,
+        TrainedModel,
+        Validated,
+    )
+
+    verdict = Verdict((GateResult("beats_cost_only", False, 0.1, 0.2, "below"), GateResult("beats_champion", True, None, None, "no champion", False)))
+    evaluation = Evaluation("run", tmp_path / "evaluation", {"pairwise_accuracy": 0.8}, None, None, "| md |", "summary", "replay", "the replay pool")
+    model = TrainedModel(tmp_path / "model", tmp_path / "model" / "model.safetensors", "run", 2, None, 1.5)
+    pairs = Pairs(tmp_path / "pairs.parquet", 12, {"train": 8, "val": 2, "test": 2}, "digest", "run")
+    values = [
+        NewTraces(tmp_path, (tmp_path / "a.jsonl",), (tmp_path / "a.jsonl",), {str(tmp_path / "a.jsonl"): "sha"}),
+        Artifacts(tmp_path / "artifacts.parquet", 6, 1, "ingest"),
+        Validated("artifacts", 6, ("artifacts.some_warning",), tmp_path, "run"),
+        pairs,
+        Pool(tmp_path / "pool.parquet", 4, 2, 7, "replay", str(tmp_path / "artifacts.parquet")),
+        model,
+        evaluation,
+        Registered(3, "models:/orchrm/3", verdict),
+        PipelineResult(status="rejected", run_dir=tmp_path, message="rejected", run_id="run", pairs=pairs, model=model, evaluation=evaluation, verdict=verdict, seconds={"train": 1.0}),
+        Reevaluation(champion_version=None, pool=None, evaluation=None, verdict=None, message="no champion yet"),
+    ]
+    serializer = JSONSerializer()
+    for value in values:
+        assert serializer.loads(serializer.dumps(value)) == value, type(value).__name__
