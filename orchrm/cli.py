@@ -185,6 +185,17 @@ def _cmd_promote(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.ops.registry import rollback
+
+    config = load_config(args.config)
+    done = rollback(config, reason=args.reason, who=args.who)
+    print(f"{config.registry.model_name}: champion rolled back from version {done.demoted} to version {done.restored}")
+    print(f"recorded on both versions: by {done.who} at {done.at}: {done.reason}")
+    return 0
+
+
 def _cmd_rank(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
     from orchrm.execution.executor import MultiAgentExecutor
@@ -345,6 +356,12 @@ def _promote_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="YAML config (registry: and evaluate.gates: sections)")
 
 
+def _rollback_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reason", required=True, help="why the champion is rolled back (recorded as a tag on both versions)")
+    p.add_argument("--who", default=None, help="who rolls back (recorded; default: your login name)")
+    p.add_argument("--config", default=None, help="YAML config (registry: section)")
+
+
 def _rank_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="URI or path of the reward model")
     p.add_argument("--question", required=True, help="the task text")
@@ -446,6 +463,15 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "alias champion to it when every gate passed. Rerunning on the champion changes nothing. Exits 1 naming "
         "every failed gate when it is rejected; champion then stays where it was.",
         _promote_arguments,
+    ),
+    Subcommand(
+        "rollback",
+        _cmd_rollback,
+        "move champion back to the champion the last promotion replaced",
+        "Move the alias champion back to the version holding alias previous (the champion the last promotion "
+        "replaced), remove previous, and record --reason, --who and the time as tags on both versions. The "
+        "demoted version comes back only through `orchrm promote`. Exits 2 when there is no previous champion.",
+        _rollback_arguments,
     ),
     Subcommand(
         "rank",

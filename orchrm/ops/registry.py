@@ -3,7 +3,8 @@
 Registering and promoting are separate steps. :func:`register_candidate` gives every candidate the
 ``challenger`` alias and tags it with its gate verdict; :func:`promote` moves ``champion`` to a
 version whose gates pass, and can be rerun on any version (it re-checks the gates from the metrics
-stored in the version's run). The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
+stored in the version's run); the champion it replaces keeps ``previous``, which :func:`rollback`
+restores. The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
 
 >>> run_id = tracking.start_run(config, "orchrm-pipeline")             # doctest: +SKIP
 >>> uri = log_model(".orchrm/model", run_id=run_id, config=config)     # doctest: +SKIP
@@ -16,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 
 CHALLENGER = "challenger"
 CHAMPION = "champion"
+#: the champion a promotion replaced, which ``orchrm rollback`` restores
+PREVIOUS = "previous"
 #: where the pyfunc's class lives; logged from code, never cloudpickled
 PYFUNC_CODE = Path(__file__).with_name("pyfunc_model.py")
 #: the model's directory inside a run / LoggedModel
@@ -300,12 +305,95 @@ def promote(version: int, *, config: PipelineConfig, verdict: Verdict | None = N
         current = champion_version(config)
         where = f"champion stays at version {current}" if current is not None else "there is still no champion"
         raise PromotionRejected(f"version {version} of {name!r} failed {len(verdict.failed())} gate(s): {failed} ({where})")
-    if champion_version(config) == version:
+    replaced = champion_version(config)
+    if replaced == version:
         log.info("%s version %d already is %s", name, version, CHAMPION)
         return True
-    with_server_retries(uri, lambda: c.set_registered_model_alias(name, CHAMPION, str(version)), "setting the champion alias")
-    log.info("%s version %d is now %s", name, version, CHAMPION)
+    if replaced is not None:
+        # `previous` first: a crash between the two calls leaves previous == champion, never a lost champion
+        _set_alias(config, PREVIOUS, replaced)
+    _set_alias(config, CHAMPION, version)
+    log.info("%s version %d is now %s (%s: %s)", name, version, CHAMPION, PREVIOUS, replaced)
     return True
+
+
+def _set_alias(config: PipelineConfig, alias: str, version: int) -> None:
+    """Point ``alias`` at ``version``, then read it back: raise :class:`RegistryError` when the
+    store says otherwise (another run moved it in between)."""
+    uri = tracking_uri(config)
+    name = config.registry.model_name
+    c = client(uri)
+    with_server_retries(uri, lambda: c.set_registered_model_alias(name, alias, str(version)), f"setting the {alias} alias")
+    now = alias_version(config, alias)
+    if now != version:
+        raise RegistryError(
+            f"{name}@{alias} reads version {now} right after it was set to {version}: another run moved it; "
+            f"check the versions in the MLflow UI and rerun `orchrm promote --version {version}` if it should win"
+        )
+
+
+def _who(who: str | None) -> str:
+    if who:
+        return who
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in a container without a passwd entry
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """What :func:`rollback` did: ``champion`` moved from ``demoted`` back to ``restored``."""
+
+    restored: int
+    demoted: int
+    reason: str
+    who: str
+    at: str
+
+
+def rollback(config: PipelineConfig, *, reason: str, who: str | None = None) -> Rollback:
+    """Move ``champion`` back to the version holding ``previous`` (the champion the last promotion
+    replaced) and remove ``previous``; returns what moved.
+
+    ``previous`` is removed rather than pointed at the demoted version: a second rollback would
+    otherwise put back, without any gate, the model just rolled back for a reason; the demoted
+    version returns only through ``orchrm promote``. Both versions get tags ``rollback.reason``,
+    ``rollback.by`` (``who``, default the login name), ``rollback.at`` (UTC, ISO 8601) and
+    ``rollback.role`` (``restored`` / ``demoted``), and ``rollback.from`` / ``rollback.to``.
+    Raises :class:`RegistryError` when there is no champion or no previous champion."""
+    name = config.registry.model_name
+    if not reason.strip():
+        raise RegistryError("a rollback needs a reason (recorded on both versions): pass --reason 'why'")
+    configure(config)
+    current, previous = champion_version(config), alias_version(config, PREVIOUS)
+    if current is None:
+        raise RegistryError(f"{name!r} has no champion to roll back: nothing was promoted yet (orchrm promote --version N)")
+    if previous is None:
+        raise RegistryError(
+            f"{name!r} has no previous champion (alias {PREVIOUS!r}) to roll back to: version {current} was the first champion, "
+            "or the last rollback already used it; promote the version you want with `orchrm promote --version N`"
+        )
+    done = Rollback(restored=previous, demoted=current, reason=reason, who=_who(who), at=datetime.now(UTC).isoformat(timespec="seconds"))
+    common = {"rollback.reason": done.reason, "rollback.by": done.who, "rollback.at": done.at,
+              "rollback.from": str(current), "rollback.to": str(previous)}
+    _tag_version(config, current, {**common, "rollback.role": "demoted"})
+    _tag_version(config, previous, {**common, "rollback.role": "restored"})
+    _set_alias(config, CHAMPION, previous)
+    uri = tracking_uri(config)
+    with_server_retries(uri, lambda: client(uri).delete_registered_model_alias(name, PREVIOUS), f"removing the {PREVIOUS} alias")
+    log.info("%s: champion rolled back from version %d to %d by %s (%s)", name, current, previous, done.who, reason)
+    return done
+
+
+def _tag_version(config: PipelineConfig, version: int, tags: dict[str, str]) -> None:
+    uri = tracking_uri(config)
+    name = config.registry.model_name
+    c = client(uri)
+    for key, value in tags.items():
+        with_server_retries(uri, lambda k=key, v=value: c.set_model_version_tag(name, str(version), k, v), "tagging the version")
 
 
 def version_info(version: int, *, config: PipelineConfig) -> dict[str, Any]:

@@ -1,0 +1,144 @@
+"""Promotion that cannot go wrong (issue 25 §3), on a real SQLite MLflow store per test.
+
+Each test builds its own small registry: versions of one untrained tiny model whose runs hold the
+evaluation metrics the gates read (as :func:`orchrm.ops.tracking.log_evaluation` stores them), so
+what is checked is the registry's bookkeeping: aliases, tags, refusals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from orchrm.config import PipelineConfig
+from orchrm.errors import RegistryError
+from orchrm.evaluation.gates import check_gates
+from orchrm.ops import registry, tracking
+
+pytestmark = pytest.mark.integration
+
+TINY = dict(hidden_dim=32, num_layers=2, num_heads=2, max_length=96, vocab_size=300, dropout=0.0)
+PROMPT = "Who founded Avalon?"
+ACTIONS = ['<agent id="a1" type="CoT" model="small"/>', '<agent id="a1" type="SelfConsistency" model="small" k="5"/>']
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory) -> Path:
+    from orchrm.model.reward_model import BradleyTerryModel
+
+    model = BradleyTerryModel(**TINY)
+    model.fit_tokenizer([PROMPT, *ACTIONS] * 4)
+    return model.save(tmp_path_factory.mktemp("model") / "model.safetensors")
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch) -> PipelineConfig:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    before = mlflow.get_tracking_uri()
+    config = PipelineConfig(data_dir=str(tmp_path / "data"))
+    tracking.configure(config)
+    yield config
+    mlflow.set_tracking_uri(before)
+
+
+def metrics(*, rm: float, accuracy: float = 0.8, random: float = 0.5, cost_only: float = 0.55) -> dict[str, float]:
+    """The flat metrics check_gates reads (what log_evaluation stores for a candidate)."""
+    return {"pairwise_accuracy": accuracy, "best_of_8.reward_model": rm, "best_of_8.random": random,
+            "best_of_8.cost_only": cost_only, "scoring_latency_ms_p50": 10.0}
+
+
+def candidate(config: PipelineConfig, model_file: Path, values: dict[str, float], *, champion: dict[str, float] | None = None) -> int:
+    """Register a version whose run holds ``values``, evaluated against the current champion
+    (whose metrics on the same pool are ``champion``), with the verdict the gates give."""
+    uri = tracking.tracking_uri(config)
+    run_id = tracking.start_run(config, "candidate")
+    tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(values), what="test")
+    against = registry.champion_version(config)
+    if against is not None:
+        assert champion is not None, "a candidate evaluated against a champion has the champion's metrics"
+        tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(champion, prefix=tracking.CHAMPION_PREFIX), what="test")
+        tracking.client(uri).set_tag(run_id, tracking.CHAMPION_EVALUATED_TAG, str(against))
+    verdict = check_gates(values, config.evaluate.gates, champion=champion if against is not None else None)
+    model_uri = registry.log_model(model_file, run_id=run_id, config=config)
+    return registry.register_candidate(model_uri, run_id=run_id, verdict=verdict, data_digest="test", config=config)
+
+
+def aliases(config: PipelineConfig) -> dict[str, int]:
+    c = tracking.client(tracking.tracking_uri(config))
+    return {alias: int(v) for alias, v in c.get_registered_model(config.registry.model_name).aliases.items()}
+
+
+def two_champions(config: PipelineConfig, model_file: Path) -> tuple[int, int]:
+    """v1 promoted, then v2 (which beat it) promoted over it."""
+    first = candidate(config, model_file, metrics(rm=0.7))
+    registry.promote(first, config=config)
+    second = candidate(config, model_file, metrics(rm=0.8), champion=metrics(rm=0.7))
+    registry.promote(second, config=config)
+    return first, second
+
+
+# --------------------------------------------------------------------------------------------
+# previous and rollback
+
+
+def test_promotion_keeps_the_replaced_champion_as_previous(config, model_file):
+    first = candidate(config, model_file, metrics(rm=0.7))
+    registry.promote(first, config=config)
+    assert "previous" not in aliases(config)  # the first champion replaced none
+    second = candidate(config, model_file, metrics(rm=0.8), champion=metrics(rm=0.7))
+    registry.promote(second, config=config)
+    assert aliases(config)["champion"] == second and aliases(config)["previous"] == first
+    registry.promote(second, config=config)  # a rerun on the champion moves nothing
+    assert aliases(config)["previous"] == first
+
+
+def test_rollback_restores_the_previous_champion_and_records_who_why_when(config, model_file):
+    first, second = two_champions(config, model_file)
+    done = registry.rollback(config, reason="complaints about v2 answers", who="oncall")
+    assert (done.restored, done.demoted, done.who) == (first, second, "oncall")
+    assert registry.champion_version(config) == first
+    assert "previous" not in aliases(config)
+    for version, role in ((first, "restored"), (second, "demoted")):
+        tags = registry.version_info(version, config=config)["tags"]
+        assert tags["rollback.role"] == role
+        assert tags["rollback.reason"] == "complaints about v2 answers" and tags["rollback.by"] == "oncall"
+        assert tags["rollback.at"] == done.at and done.at.endswith("+00:00")
+        assert (tags["rollback.from"], tags["rollback.to"]) == (str(second), str(first))
+
+
+def test_a_second_rollback_does_not_bring_back_the_demoted_model(config, model_file):
+    two_champions(config, model_file)
+    registry.rollback(config, reason="bad answers")
+    with pytest.raises(RegistryError, match=r"no previous champion \(alias 'previous'\) to roll back to: .*orchrm promote --version N"):
+        registry.rollback(config, reason="again")
+
+
+def test_rollback_without_a_previous_champion_says_so_and_moves_nothing(config, model_file):
+    with pytest.raises(RegistryError, match="has no champion to roll back"):
+        registry.rollback(config, reason="nothing yet")
+    first = candidate(config, model_file, metrics(rm=0.7))
+    registry.promote(first, config=config)
+    with pytest.raises(RegistryError, match=rf"no previous champion .*version {first} was the first champion"):
+        registry.rollback(config, reason="only one")
+    assert registry.champion_version(config) == first
+
+
+def test_rollback_needs_a_reason(config, model_file):
+    two_champions(config, model_file)
+    with pytest.raises(RegistryError, match="needs a reason"):
+        registry.rollback(config, reason="  ")
+
+
+def test_cli_rollback(config, model_file, tmp_path, capsys):
+    from orchrm.cli import main
+
+    first, second = two_champions(config, model_file)
+    path = tmp_path / "config.yaml"
+    path.write_text(f"data_dir: {config.data_dir}\n")
+    assert main(["rollback", "--reason", "latency spike", "--who", "ana", "--config", str(path)]) == 0
+    assert f"rolled back from version {second} to version {first}" in capsys.readouterr().out
+    assert main(["rollback", "--reason", "again", "--config", str(path)]) == 2
+    assert "no previous champion" in capsys.readouterr().err
+    assert registry.champion_version(config) == first
