@@ -433,7 +433,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "Run the whole pipeline once (what the Prefect flow orchrm-pipeline runs): collect in the sandbox, or "
         "ingest the new trace files of --traces; validate; build pairs; validate; train in a subprocess; evaluate "
         "the candidate and the champion on the same held-out pool; gate; register the candidate (alias "
-        "challenger) and promote it to champion only when every gate passed. Everything is tracked in MLflow "
+        "challenger when it passed every gate but beats_champion) and promote it to champion only when every gate passed. Everything is tracked in MLflow "
         "(MLFLOW_TRACKING_URI, default SQLite under the data folder). Exits 0 when the run completed, also with "
         "verdict rejected or when there were no new traces.",
         _pipeline_arguments,

@@ -1,7 +1,7 @@
 """The model registry (DESIGN §8): a reward model logged as a pyfunc, registered, gated and promoted by alias.
 
-Registering and promoting are separate steps. :func:`register_candidate` gives every candidate the
-``challenger`` alias and tags it with its gate verdict; :func:`promote` moves ``champion`` to a
+Registering and promoting are separate steps. :func:`register_candidate` tags every candidate with
+its gate verdict and gives ``challenger`` to one that passed every absolute gate; :func:`promote` moves ``champion`` to a
 version whose gates pass, and can be rerun on any version (it re-checks the gates from the metrics
 stored in the version's run); the champion it replaces keeps ``previous``, which :func:`rollback`
 restores. The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
@@ -160,8 +160,9 @@ def _ensure_registered_model(c: MlflowClient, name: str) -> None:
 
 
 def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_digest: str, config: PipelineConfig) -> int:
-    """Register ``model_uri`` as a new version of ``config.registry.model_name`` with alias
-    ``challenger``; returns the version number.
+    """Register ``model_uri`` as a new version of ``config.registry.model_name``; returns the
+    version number. The version gets alias ``challenger`` (shadow traffic) only when it passed
+    every absolute gate (:func:`passed_absolute_gates`); otherwise ``challenger`` stays where it was.
 
     Version tags: ``gate.<name>`` per gate and ``verdict`` (:meth:`Verdict.tags`), the verdict as
     JSON, ``data_digest``, ``git_commit`` and ``run_id``. ``champion`` is never touched here."""
@@ -180,12 +181,28 @@ def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_di
     def do() -> int:
         _ensure_registered_model(c, name)
         mv = c.create_model_version(name, source=model_uri, run_id=run_id, tags=tags, model_id=_model_id(model_uri))
-        c.set_registered_model_alias(name, CHALLENGER, mv.version)
         return int(mv.version)
 
     version = with_server_retries(uri, do, f"registering {model_uri} as {name!r}")
-    log.info("registered %s version %d (%s), alias %s", name, version, verdict.label, CHALLENGER)
+    if passed_absolute_gates(verdict):
+        _set_alias(config, CHALLENGER, version)
+        log.info("registered %s version %d (%s), alias %s", name, version, verdict.label, CHALLENGER)
+    else:
+        failed = ", ".join(g.name for g in verdict.failed() if g.name not in RELATIVE_GATES) or "no gate was evaluated"
+        log.info("registered %s version %d (%s); %s not moved: it failed %s", name, version, verdict.label, CHALLENGER, failed)
     return version
+
+
+#: gates that compare with the champion rather than with a fixed bar
+RELATIVE_GATES = frozenset({"beats_champion"})
+
+
+def passed_absolute_gates(verdict: Verdict) -> bool:
+    """Whether ``verdict`` passed every gate except those comparing with the champion
+    (:data:`RELATIVE_GATES`): what a ``challenger`` needs, so shadow traffic never reaches a
+    model that failed a fixed bar. False for a verdict with no absolute gate at all."""
+    absolute = [g for g in verdict.gates if g.name not in RELATIVE_GATES]
+    return bool(absolute) and all(g.passed for g in absolute)
 
 
 def _model_id(model_uri: str) -> str | None:

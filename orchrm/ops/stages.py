@@ -509,7 +509,8 @@ def gate_stage(evaluation: Evaluation, gates: GatesConfig) -> Verdict:
 
 
 def register_stage(model: TrainedModel, evaluation: Evaluation, verdict: Verdict, pairs: Pairs, *, config: PipelineConfig) -> Registered:
-    """Log the model as a pyfunc and register it as a new version (alias ``challenger``; tags:
+    """Log the model as a pyfunc and register it as a new version (alias ``challenger`` when it
+    passed every absolute gate; tags:
     every gate, the verdict, the pairs' digest, the git commit). Whatever the verdict: a rejected
     candidate is kept, with the reason, and never touches ``champion``."""
     from orchrm.ops import registry

@@ -142,3 +142,38 @@ def test_cli_rollback(config, model_file, tmp_path, capsys):
     assert main(["rollback", "--reason", "again", "--config", str(path)]) == 2
     assert "no previous champion" in capsys.readouterr().err
     assert registry.champion_version(config) == first
+
+
+# --------------------------------------------------------------------------------------------
+# challenger
+
+
+def test_a_candidate_failing_an_absolute_gate_never_becomes_challenger(config, model_file):
+    good = candidate(config, model_file, metrics(rm=0.7))
+    assert aliases(config) == {"challenger": good}
+    # best-of-8 gains nothing over a random plan: best_of_n_gain fails
+    weak = candidate(config, model_file, metrics(rm=0.5))
+    assert registry.version_info(weak, config=config)["tags"]["gate.best_of_n_gain"].startswith("fail: ")
+    assert aliases(config) == {"challenger": good}
+    slow = candidate(config, model_file, {**metrics(rm=0.7), "scoring_latency_ms_p50": 1e6})
+    assert registry.version_info(slow, config=config)["tags"]["gate.scoring_latency"].startswith("fail: ")
+    assert aliases(config) == {"challenger": good}
+
+
+def test_a_candidate_failing_only_beats_champion_is_challenger_not_champion(config, model_file):
+    first = candidate(config, model_file, metrics(rm=0.7))
+    registry.promote(first, config=config)
+    close = candidate(config, model_file, metrics(rm=0.68), champion=metrics(rm=0.7))
+    tags = registry.version_info(close, config=config)["tags"]
+    assert tags["verdict"] == "rejected" and tags["gate.beats_champion"].startswith("fail: ")
+    assert [k for k, v in tags.items() if k.startswith("gate.") and v.startswith("fail: ")] == ["gate.beats_champion"]
+    assert aliases(config) == {"champion": first, "challenger": close}
+
+
+def test_passed_absolute_gates_ignores_only_the_champion_comparison():
+    from orchrm.config import GatesConfig
+
+    gates = GatesConfig()
+    assert registry.passed_absolute_gates(check_gates(metrics(rm=0.68), gates, champion=metrics(rm=0.7)))
+    assert not registry.passed_absolute_gates(check_gates(metrics(rm=0.68, accuracy=0.5), gates, champion=metrics(rm=0.5)))
+    assert not registry.passed_absolute_gates(check_gates({}, gates))

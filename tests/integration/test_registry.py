@@ -195,11 +195,13 @@ def test_a_good_first_candidate_becomes_champion(store):
     assert info["run_id"] == store.good_run
 
 
-def test_a_weak_candidate_is_registered_as_challenger_and_champion_stays(store):
+def test_a_weak_candidate_is_registered_but_neither_challenger_nor_champion(store):
     assert not store.weak_verdict.passed
     info = registry.version_info(store.weak_version, config=store.config)
     assert store.weak_version == 2
-    assert "challenger" in info["aliases"] and "champion" not in info["aliases"]
+    # it failed an absolute gate: no shadow traffic for it, challenger stays on the good one
+    assert "challenger" not in info["aliases"] and "champion" not in info["aliases"]
+    assert registry.alias_version(store.config, "challenger") == store.good_version
     assert info["tags"]["verdict"] == "rejected"
     assert info["tags"]["gate.pairwise_accuracy"].startswith("fail: ")
     with pytest.raises(PromotionRejected, match=r"version 2 .* failed 1 gate\(s\): pairwise_accuracy: .*champion stays at version 1"):
