@@ -170,14 +170,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_promote(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
     from orchrm.errors import PromotionRejected
-    from orchrm.ops.registry import champion_version, promote, regate
+    from orchrm.ops.registry import champion_version, check_promotion, promote
 
     config = load_config(args.config)
-    verdict = regate(args.version, config=config)
     print(f"{config.registry.model_name} version {args.version}")
-    print(verdict)
     try:
-        promote(args.version, config=config, verdict=verdict)
+        check = check_promotion(args.version, config=config, override_gates=args.override_gates)
+        print(check.verdict)
+        if check.override:
+            print(f"gates loosened ({'; '.join(check.loosened)}): {check.override}")
+        promote(args.version, config=config, override_gates=args.override_gates)
     except PromotionRejected as exc:
         print(f"orchrm promote: rejected: {exc}", file=sys.stderr)
         return 1
@@ -354,6 +356,10 @@ def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
 def _promote_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--version", type=positive_int, required=True, help="registered version number (see the MLflow UI or `orchrm pipeline` output)")
     p.add_argument("--config", default=None, help="YAML config (registry: and evaluate.gates: sections)")
+    p.add_argument(
+        "--override-gates", default=None, metavar="REASON",
+        help="allow gate settings looser than those recorded when the version was registered; REASON is recorded on the version",
+    )
 
 
 def _rollback_arguments(p: argparse.ArgumentParser) -> None:
@@ -459,9 +465,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         _cmd_promote,
         "make a registered version champion if its gates pass (idempotent)",
         "Re-check the gates of version --version of the registered model from the metrics stored in its MLflow "
-        "run (the configured gates; the champion's metrics of the same run), print the verdict, and move the "
-        "alias champion to it when every gate passed. Rerunning on the champion changes nothing. Exits 1 naming "
-        "every failed gate when it is rejected; champion then stays where it was.",
+        "run (the gate settings recorded at its registration, or the configured ones where none is looser; the "
+        "champion's metrics of the same run), print the verdict, and move the alias champion to it when every "
+        "gate is present and passed and champion is still the version it was evaluated against; the champion it "
+        "replaces keeps alias previous (orchrm rollback). Configured gates looser than the recorded ones are "
+        "refused unless --override-gates REASON. Rerunning on the champion changes nothing. Exits 1 naming every "
+        "failed gate when it is rejected; champion then stays where it was.",
         _promote_arguments,
     ),
     Subcommand(

@@ -521,9 +521,11 @@ def register_stage(model: TrainedModel, evaluation: Evaluation, verdict: Verdict
 
 
 def promote_stage(registered: Registered, *, config: PipelineConfig) -> int:
-    """Give the version ``champion`` (its verdict passed; :func:`orchrm.ops.registry.promote` checks
-    again and raises :class:`PromotionRejected` otherwise). Returns the version."""
+    """Give the version ``champion`` through :func:`orchrm.ops.registry.promote`, the path
+    ``orchrm promote`` takes: the gates re-checked from the metrics stored in its run against the
+    settings recorded at registration, every gate present, ``champion`` still the version it was
+    evaluated against; :class:`PromotionRejected` otherwise. Returns the version."""
     from orchrm.ops import registry
 
-    registry.promote(registered.version, config=config, verdict=registered.verdict)
+    registry.promote(registered.version, config=config)
     return registered.version

@@ -13,9 +13,9 @@ import mlflow
 import pytest
 
 from orchrm.config import PipelineConfig
-from orchrm.errors import RegistryError
-from orchrm.evaluation.gates import check_gates
-from orchrm.ops import registry, tracking
+from orchrm.errors import PromotionRejected, RegistryError
+from orchrm.evaluation.gates import GateResult, Verdict, check_gates
+from orchrm.ops import registry, stages, tracking
 
 pytestmark = pytest.mark.integration
 
@@ -177,3 +177,107 @@ def test_passed_absolute_gates_ignores_only_the_champion_comparison():
     assert registry.passed_absolute_gates(check_gates(metrics(rm=0.68), gates, champion=metrics(rm=0.7)))
     assert not registry.passed_absolute_gates(check_gates(metrics(rm=0.68, accuracy=0.5), gates, champion=metrics(rm=0.5)))
     assert not registry.passed_absolute_gates(check_gates({}, gates))
+
+
+# --------------------------------------------------------------------------------------------
+# promote re-checks against the recorded gates
+
+
+def with_gates(config: PipelineConfig, **gates) -> PipelineConfig:
+    """``config`` with other gate settings, same store."""
+    return PipelineConfig.model_validate({"data_dir": config.data_dir, "evaluate": {"gates": gates}})
+
+
+def test_the_gate_settings_are_recorded_at_registration(config, model_file):
+    strict = with_gates(config, min_pairwise_accuracy=0.7)
+    version = candidate(strict, model_file, metrics(rm=0.7))
+    assert registry.recorded_gates(version, config=config).min_pairwise_accuracy == 0.7
+
+
+def test_promote_refuses_gates_looser_than_recorded_without_a_reason(config, model_file):
+    # registered under the defaults (0.6), where 0.55 fails; a config at 0.5 would let it through
+    version = candidate(config, model_file, metrics(rm=0.7, accuracy=0.55))
+    loose = with_gates(config, min_pairwise_accuracy=0.5, beat_cost_only=False)
+    with pytest.raises(PromotionRejected, match=rf"version {version} .*looser than those recorded at its registration "
+                       r"\(min_pairwise_accuracy 0\.6 -> 0\.5; beat_cost_only True -> False\).*--override-gates REASON"):
+        registry.promote(version, config=loose)
+    assert registry.champion_version(config) is None
+    # under the recorded settings the stored metrics still fail
+    with pytest.raises(PromotionRejected, match=r"failed 1 gate\(s\): pairwise_accuracy: held-out pairwise accuracy 0\.550 < 0\.600"):
+        registry.promote(version, config=config)
+    assert registry.champion_version(config) is None
+
+
+def test_override_gates_promotes_under_the_looser_settings_and_records_the_reason(config, model_file):
+    version = candidate(config, model_file, metrics(rm=0.7, accuracy=0.55))
+    loose = with_gates(config, min_pairwise_accuracy=0.5)
+    check = registry.promote(version, config=loose, override_gates="desk labels are noisy this week", who="ana")
+    assert check.verdict.passed and check.loosened == ("min_pairwise_accuracy 0.6 -> 0.5",)
+    assert registry.champion_version(config) == version
+    tags = registry.version_info(version, config=config)["tags"]
+    assert tags["gates_override.reason"] == "desk labels are noisy this week" and tags["gates_override.by"] == "ana"
+    assert tags["gates_override.settings"] == "min_pairwise_accuracy 0.6 -> 0.5" and tags["gates_override.at"]
+    assert tags["verdict"] == "promoted"
+
+
+def test_tighter_gates_need_no_reason_and_are_the_ones_checked(config, model_file):
+    version = candidate(config, model_file, metrics(rm=0.7, accuracy=0.65))
+    with pytest.raises(PromotionRejected, match=r"pairwise_accuracy: held-out pairwise accuracy 0\.650 < 0\.700"):
+        registry.promote(version, config=with_gates(config, min_pairwise_accuracy=0.7))
+    registry.promote(version, config=config)
+    assert registry.champion_version(config) == version
+
+
+def test_promote_requires_every_configured_gate(config, model_file):
+    # a version whose run holds no evaluation metrics and whose stored verdict has one gate
+    run_id = tracking.start_run(config, "candidate-unevaluated")
+    verdict = Verdict((GateResult("pairwise_accuracy", True, 0.9, 0.6, "held-out pairwise accuracy 0.900 >= 0.600"),))
+    uri = registry.log_model(model_file, run_id=run_id, config=config)
+    version = registry.register_candidate(uri, run_id=run_id, verdict=verdict, data_digest="test", config=config)
+    with pytest.raises(PromotionRejected, match=rf"version {version} .*no result for gate\(s\) best_of_n_gain, beats_cost_only, "
+                       r"beats_champion, scoring_latency.*evaluate it with every configured gate"):
+        registry.promote(version, config=config)
+    assert registry.champion_version(config) is None
+
+
+def test_promote_refuses_a_version_without_recorded_gate_settings(config, model_file):
+    version = candidate(config, model_file, metrics(rm=0.7))
+    tracking.client(tracking.tracking_uri(config)).delete_model_version_tag(config.registry.model_name, str(version), registry.GATES_TAG)
+    with pytest.raises(PromotionRejected, match=rf"version {version} .*carries no recorded gate settings \(gates_json\).*register it again"):
+        registry.promote(version, config=config)
+
+
+def test_promote_refuses_when_the_champion_moved_since_the_evaluation(config, model_file):
+    first = candidate(config, model_file, metrics(rm=0.7))
+    registry.promote(first, config=config)
+    late = candidate(config, model_file, metrics(rm=0.8), champion=metrics(rm=0.7))  # evaluated against v1
+    second = candidate(config, model_file, metrics(rm=0.9), champion=metrics(rm=0.7))
+    registry.promote(second, config=config)
+    with pytest.raises(PromotionRejected, match=rf"beats_champion: the champion is now v{second} but this candidate was evaluated "
+                       rf"against v{first}: re-evaluate it against v{second}.*champion stays at version {second}"):
+        registry.promote(late, config=config)
+    assert registry.champion_version(config) == second
+
+
+def test_the_pipeline_promote_stage_rechecks_like_orchrm_promote(config, model_file):
+    # the stage is handed a verdict that passed; the metrics stored in the run say otherwise
+    version = candidate(config, model_file, metrics(rm=0.5))
+    passed = Verdict((GateResult("pairwise_accuracy", True, 0.9, 0.6, "set by the test"),))
+    registered = stages.Registered(version=version, model_uri=f"models:/{config.registry.model_name}/{version}", verdict=passed)
+    with pytest.raises(PromotionRejected, match=rf"version {version} .*best_of_n_gain: .*there is still no champion"):
+        stages.promote_stage(registered, config=config)
+    assert registry.champion_version(config) is None
+
+
+def test_cli_promote_override_gates(config, model_file, tmp_path, capsys):
+    from orchrm.cli import main
+
+    version = candidate(config, model_file, metrics(rm=0.7, accuracy=0.55))
+    path = tmp_path / "loose.yaml"
+    path.write_text(f"data_dir: {config.data_dir}\nevaluate:\n  gates:\n    min_pairwise_accuracy: 0.5\n")
+    assert main(["promote", "--version", str(version), "--config", str(path)]) == 1
+    assert "--override-gates REASON" in capsys.readouterr().err
+    assert main(["promote", "--version", str(version), "--config", str(path), "--override-gates", "noisy labels"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: promoted" in out and "gates loosened (min_pairwise_accuracy 0.6 -> 0.5): noisy labels" in out
+    assert registry.champion_version(config) == version
