@@ -163,7 +163,8 @@ def _ensure_registered_model(c: MlflowClient, name: str) -> None:
 
 def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_digest: str, config: PipelineConfig) -> int:
     """Register ``model_uri`` as a new version of ``config.registry.model_name``; returns the
-    version number. The version gets alias ``challenger`` (shadow traffic) only when it passed
+    version number. Idempotent per run: called again for ``run_id`` (a retry after a lost answer,
+    a retried stage) it returns the version already registered from that run, never a second one. The version gets alias ``challenger`` (shadow traffic) only when it passed
     every absolute gate (:func:`passed_absolute_gates`); otherwise ``challenger`` stays where it was.
 
     Version tags: ``gate.<name>`` per gate and ``verdict`` (:meth:`Verdict.tags`), the verdict as
@@ -182,11 +183,17 @@ def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_di
     }
 
     def do() -> int:
+        # looked up on every attempt: a retry after a lost answer finds the version the first made
         _ensure_registered_model(c, name)
+        existing = _versions_of_run(c, name, run_id)
+        if existing:
+            log.info("%s already has version %d for run %s: registering is idempotent", name, existing[0], run_id)
+            return existing[0]
         mv = c.create_model_version(name, source=model_uri, run_id=run_id, tags=tags, model_id=_model_id(model_uri))
         return int(mv.version)
 
-    version = with_server_retries(uri, do, f"registering {model_uri} as {name!r}")
+    with_server_retries(uri, do, f"registering {model_uri} as {name!r}")
+    version = _one_version_of_run(c, name, run_id, uri=uri)
     if passed_absolute_gates(verdict):
         _set_alias(config, CHALLENGER, version)
         log.info("registered %s version %d (%s), alias %s", name, version, verdict.label, CHALLENGER)
@@ -194,6 +201,33 @@ def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_di
         failed = ", ".join(g.name for g in verdict.failed() if g.name not in RELATIVE_GATES) or "no gate was evaluated"
         log.info("registered %s version %d (%s); %s not moved: it failed %s", name, version, verdict.label, CHALLENGER, failed)
     return version
+
+
+def _versions_of_run(c: MlflowClient, name: str, run_id: str) -> list[int]:
+    """The versions of ``name`` registered from ``run_id``, lowest first."""
+    found = c.search_model_versions(f"name='{name}' and run_id='{run_id}'")
+    return sorted(int(mv.version) for mv in found)
+
+
+def _one_version_of_run(c: MlflowClient, name: str, run_id: str, *, uri: str) -> int:
+    """The lowest version registered from ``run_id``, after deleting any other: MLflow's HTTP client
+    retries a request whose answer was lost, POST included, below every layer here, so a second
+    ``create_model_version`` can land; one run is one candidate, one version."""
+    versions = with_server_retries(uri, lambda: _versions_of_run(c, name, run_id), "listing the versions of a run")
+    if not versions:
+        raise RegistryError(f"run {run_id} has no version of {name!r} right after registering it: check the store at {uri}")
+    for extra in versions[1:]:
+        log.warning("%s version %d duplicates version %d (same run %s, a retried request): deleting it", name, extra, versions[0], run_id)
+        with_server_retries(uri, lambda v=extra: c.delete_model_version(name, str(v)), "deleting a duplicate version")
+    return versions[0]
+
+
+def version_for_run(run_id: str, *, config: PipelineConfig) -> int | None:
+    """The version registered from ``run_id`` (the lowest, should a retry have made two), or None."""
+    uri = tracking_uri(config)
+    c = client(uri)
+    versions = with_server_retries(uri, lambda: _versions_of_run(c, config.registry.model_name, run_id), "listing the versions of a run")
+    return versions[0] if versions else None
 
 
 #: gates that compare with the champion rather than with a fixed bar

@@ -512,10 +512,16 @@ def register_stage(model: TrainedModel, evaluation: Evaluation, verdict: Verdict
     """Log the model as a pyfunc and register it as a new version (alias ``challenger`` when it
     passed every absolute gate; tags:
     every gate, the verdict, the pairs' digest, the git commit). Whatever the verdict: a rejected
-    candidate is kept, with the reason, and never touches ``champion``."""
+    candidate is kept, with the reason, and never touches ``champion``. Rerun for the same
+    evaluation run (a retried stage), it returns the version registered the first time and logs
+    no second model."""
     from orchrm.ops import registry
 
-    uri = registry.log_model(model.model_dir, run_id=evaluation.run_id, config=config)
+    existing = registry.version_for_run(evaluation.run_id, config=config)
+    if existing is not None:
+        uri = registry.version_info(existing, config=config)["source"]
+    else:
+        uri = registry.log_model(model.model_dir, run_id=evaluation.run_id, config=config)
     version = registry.register_candidate(uri, run_id=evaluation.run_id, verdict=verdict, data_digest=pairs.digest, config=config)
     return Registered(version=int(version), model_uri=uri, verdict=verdict)
 

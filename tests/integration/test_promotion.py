@@ -281,3 +281,55 @@ def test_cli_promote_override_gates(config, model_file, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "verdict: promoted" in out and "gates loosened (min_pairwise_accuracy 0.6 -> 0.5): noisy labels" in out
     assert registry.champion_version(config) == version
+
+
+# --------------------------------------------------------------------------------------------
+# registration is idempotent
+
+
+def versions_of(config: PipelineConfig) -> list[int]:
+    c = tracking.client(tracking.tracking_uri(config))
+    return sorted(int(mv.version) for mv in c.search_model_versions(f"name='{config.registry.model_name}'"))
+
+
+def test_registering_the_same_run_twice_returns_the_first_version(config, model_file):
+    uri = tracking.tracking_uri(config)
+    run_id = tracking.start_run(config, "candidate")
+    tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(metrics(rm=0.7)), what="test")
+    verdict = check_gates(metrics(rm=0.7), config.evaluate.gates)
+    model_uri = registry.log_model(model_file, run_id=run_id, config=config)
+    first = registry.register_candidate(model_uri, run_id=run_id, verdict=verdict, data_digest="test", config=config)
+    again = registry.register_candidate(model_uri, run_id=run_id, verdict=verdict, data_digest="test", config=config)
+    assert first == again == 1 and versions_of(config) == [1]
+    assert registry.version_for_run(run_id, config=config) == 1
+    assert aliases(config) == {"challenger": 1}
+
+
+def test_a_duplicate_made_by_a_retried_request_is_removed(config, model_file):
+    # what a POST retried by MLflow's HTTP client after a lost answer leaves: two versions of one run
+    run_id = tracking.start_run(config, "candidate")
+    model_uri = registry.log_model(model_file, run_id=run_id, config=config)
+    verdict = check_gates(metrics(rm=0.7), config.evaluate.gates)
+    first = registry.register_candidate(model_uri, run_id=run_id, verdict=verdict, data_digest="test", config=config)
+    tracking.client(tracking.tracking_uri(config)).create_model_version(config.registry.model_name, source=model_uri, run_id=run_id)
+    assert versions_of(config) == [first, first + 1]
+    assert registry.register_candidate(model_uri, run_id=run_id, verdict=verdict, data_digest="test", config=config) == first
+    assert versions_of(config) == [first]
+
+
+def test_a_retried_register_stage_logs_no_second_model_and_makes_no_second_version(config, model_file, tmp_path):
+    uri = tracking.tracking_uri(config)
+    run_id = tracking.start_run(config, "evaluate")
+    tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(metrics(rm=0.7)), what="test")
+    model = stages.TrainedModel(model_dir=model_file.parent, model_path=model_file, run_id=run_id, epochs=1, best_val_loss=None,
+                                train_seconds=0.0)
+    evaluation = stages.Evaluation(run_id=run_id, report_dir=tmp_path, metrics=metrics(rm=0.7), champion_metrics=None,
+                                   champion_version=None, markdown="", summary="")
+    pairs = stages.Pairs(path=tmp_path / "pairs.parquet", rows=0, splits={}, digest="test", run_id=run_id)
+    verdict = check_gates(metrics(rm=0.7), config.evaluate.gates)
+    first = stages.register_stage(model, evaluation, verdict, pairs, config=config)
+    again = stages.register_stage(model, evaluation, verdict, pairs, config=config)
+    assert (again.version, again.model_uri) == (first.version, first.model_uri) and versions_of(config) == [first.version]
+    c = tracking.client(uri)
+    logged = c.search_logged_models(experiment_ids=[c.get_run(run_id).info.experiment_id])
+    assert [m.source_run_id for m in logged] == [run_id]
