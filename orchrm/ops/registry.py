@@ -1,10 +1,10 @@
 """The model registry (DESIGN §8): a reward model logged as a pyfunc, registered, gated and promoted by alias.
 
 Registering and promoting are separate steps. :func:`register_candidate` tags every candidate with
-its gate verdict and gives ``challenger`` to one that passed every absolute gate; :func:`promote` moves ``champion`` to a
-version whose gates pass, and can be rerun on any version (it re-checks the gates from the metrics
-stored in the version's run); the champion it replaces keeps ``previous``, which :func:`rollback`
-restores. The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
+its gate verdict and gives ``challenger`` to one that passed every absolute gate; :func:`promote`
+moves ``champion`` to a version whose gates pass, and can be rerun on any version (it re-checks
+the gates from the metrics stored in the version's run, against the settings recorded when it was
+registered); the champion it replaces keeps ``previous``, which :func:`rollback` restores. The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
 
 >>> run_id = tracking.start_run(config, "orchrm-pipeline")             # doctest: +SKIP
 >>> uri = log_model(".orchrm/model", run_id=run_id, config=config)     # doctest: +SKIP
@@ -163,12 +163,16 @@ def _ensure_registered_model(c: MlflowClient, name: str) -> None:
 
 def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_digest: str, config: PipelineConfig) -> int:
     """Register ``model_uri`` as a new version of ``config.registry.model_name``; returns the
-    version number. Idempotent per run: called again for ``run_id`` (a retry after a lost answer,
-    a retried stage) it returns the version already registered from that run, never a second one. The version gets alias ``challenger`` (shadow traffic) only when it passed
-    every absolute gate (:func:`passed_absolute_gates`); otherwise ``challenger`` stays where it was.
+    version number.
+
+    Idempotent per run: called again for ``run_id`` (a retry after a lost answer, a retried
+    stage) it returns the version already registered from that run, never a second one. The
+    version gets alias ``challenger`` (shadow traffic) only when it passed every absolute gate
+    (:func:`passed_absolute_gates`); otherwise ``challenger`` stays where it was.
 
     Version tags: ``gate.<name>`` per gate and ``verdict`` (:meth:`Verdict.tags`), the verdict as
-    JSON, the gate settings as JSON (``gates_json``: what :func:`promote` re-checks against), ``data_digest``, ``git_commit`` and ``run_id``. ``champion`` is never touched here."""
+    JSON, the gate settings as JSON (``gates_json``: what :func:`promote` re-checks against),
+    ``data_digest``, ``git_commit`` and ``run_id``. ``champion`` is never touched here."""
     uri = tracking_uri(config)
     configure(config)
     c = client(uri)
