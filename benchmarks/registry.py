@@ -80,7 +80,8 @@ def registry_with_champion(root: Path, model) -> tuple[str, str]:
     uri = registry.log_model(file, run_id=run_id, config=config)
     verdict = Verdict((GateResult("benchmark", True, None, None, "a benchmark's model, not evaluated"),))
     version = registry.register_candidate(uri, run_id=run_id, verdict=verdict, data_digest="benchmark", config=config)
-    registry.promote(version, config=config)
+    # a benchmark's model carries no evaluation, which promote requires: the alias is set directly
+    tracking.client(tracking.tracking_uri(config)).set_registered_model_alias(config.registry.model_name, "champion", str(version))
     tracking.end_run(config, run_id)
     return tracking.tracking_uri(config), uri
 

@@ -170,18 +170,31 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_promote(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
     from orchrm.errors import PromotionRejected
-    from orchrm.ops.registry import champion_version, promote, regate
+    from orchrm.ops.registry import champion_version, check_promotion, promote
 
     config = load_config(args.config)
-    verdict = regate(args.version, config=config)
     print(f"{config.registry.model_name} version {args.version}")
-    print(verdict)
     try:
-        promote(args.version, config=config, verdict=verdict)
+        check = check_promotion(args.version, config=config, override_gates=args.override_gates)
+        print(check.verdict)
+        if check.override:
+            print(f"gates loosened ({'; '.join(check.loosened)}): {check.override}")
+        promote(args.version, config=config, override_gates=args.override_gates)
     except PromotionRejected as exc:
         print(f"orchrm promote: rejected: {exc}", file=sys.stderr)
         return 1
     print(f"champion: version {champion_version(config)}")
+    return 0
+
+
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.ops.registry import rollback
+
+    config = load_config(args.config)
+    done = rollback(config, reason=args.reason, who=args.who)
+    print(f"{config.registry.model_name}: champion rolled back from version {done.demoted} to version {done.restored}")
+    print(f"recorded on both versions: by {done.who} at {done.at}: {done.reason}")
     return 0
 
 
@@ -343,6 +356,16 @@ def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
 def _promote_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--version", type=positive_int, required=True, help="registered version number (see the MLflow UI or `orchrm pipeline` output)")
     p.add_argument("--config", default=None, help="YAML config (registry: and evaluate.gates: sections)")
+    p.add_argument(
+        "--override-gates", default=None, metavar="REASON",
+        help="allow gate settings looser than those recorded when the version was registered; REASON is recorded on the version",
+    )
+
+
+def _rollback_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reason", required=True, help="why the champion is rolled back (recorded as a tag on both versions)")
+    p.add_argument("--who", default=None, help="who rolls back (recorded; default: your login name)")
+    p.add_argument("--config", default=None, help="YAML config (registry: section)")
 
 
 def _rank_arguments(p: argparse.ArgumentParser) -> None:
@@ -416,7 +439,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "Run the whole pipeline once (what the Prefect flow orchrm-pipeline runs): collect in the sandbox, or "
         "ingest the new trace files of --traces; validate; build pairs; validate; train in a subprocess; evaluate "
         "the candidate and the champion on the same held-out pool; gate; register the candidate (alias "
-        "challenger) and promote it to champion only when every gate passed. Everything is tracked in MLflow "
+        "challenger when it passed every gate but beats_champion) and promote it to champion only when every gate passed. Everything is tracked in MLflow "
         "(MLFLOW_TRACKING_URI, default SQLite under the data folder). Exits 0 when the run completed, also with "
         "verdict rejected or when there were no new traces.",
         _pipeline_arguments,
@@ -442,10 +465,22 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         _cmd_promote,
         "make a registered version champion if its gates pass (idempotent)",
         "Re-check the gates of version --version of the registered model from the metrics stored in its MLflow "
-        "run (the configured gates; the champion's metrics of the same run), print the verdict, and move the "
-        "alias champion to it when every gate passed. Rerunning on the champion changes nothing. Exits 1 naming "
-        "every failed gate when it is rejected; champion then stays where it was.",
+        "run (the gate settings recorded at its registration, or the configured ones where none is looser; the "
+        "champion's metrics of the same run), print the verdict, and move the alias champion to it when every "
+        "gate is present and passed and champion is still the version it was evaluated against; the champion it "
+        "replaces keeps alias previous (orchrm rollback). Configured gates looser than the recorded ones are "
+        "refused unless --override-gates REASON. Rerunning on the champion changes nothing. Exits 1 naming every "
+        "failed gate when it is rejected; champion then stays where it was.",
         _promote_arguments,
+    ),
+    Subcommand(
+        "rollback",
+        _cmd_rollback,
+        "move champion back to the champion the last promotion replaced",
+        "Move the alias champion back to the version holding alias previous (the champion the last promotion "
+        "replaced), remove previous, and record --reason, --who and the time as tags on both versions. The "
+        "demoted version comes back only through `orchrm promote`. Exits 2 when there is no previous champion.",
+        _rollback_arguments,
     ),
     Subcommand(
         "rank",

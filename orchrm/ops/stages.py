@@ -546,20 +546,29 @@ def gate_stage(evaluation: Evaluation, gates: GatesConfig) -> Verdict:
 
 
 def register_stage(model: TrainedModel, evaluation: Evaluation, verdict: Verdict, pairs: Pairs, *, config: PipelineConfig) -> Registered:
-    """Log the model as a pyfunc and register it as a new version (alias ``challenger``; tags:
+    """Log the model as a pyfunc and register it as a new version (alias ``challenger`` when it
+    passed every absolute gate; tags:
     every gate, the verdict, the pairs' digest, the git commit). Whatever the verdict: a rejected
-    candidate is kept, with the reason, and never touches ``champion``."""
+    candidate is kept, with the reason, and never touches ``champion``. Rerun for the same
+    evaluation run (a retried stage), it returns the version registered the first time and logs
+    no second model."""
     from orchrm.ops import registry
 
-    uri = registry.log_model(model.model_dir, run_id=evaluation.run_id, config=config)
+    existing = registry.version_for_run(evaluation.run_id, config=config)
+    if existing is not None:
+        uri = registry.version_info(existing, config=config)["source"]
+    else:
+        uri = registry.log_model(model.model_dir, run_id=evaluation.run_id, config=config)
     version = registry.register_candidate(uri, run_id=evaluation.run_id, verdict=verdict, data_digest=pairs.digest, config=config)
     return Registered(version=int(version), model_uri=uri, verdict=verdict)
 
 
 def promote_stage(registered: Registered, *, config: PipelineConfig) -> int:
-    """Give the version ``champion`` (its verdict passed; :func:`orchrm.ops.registry.promote` checks
-    again and raises :class:`PromotionRejected` otherwise). Returns the version."""
+    """Give the version ``champion`` through :func:`orchrm.ops.registry.promote`, the path
+    ``orchrm promote`` takes: the gates re-checked from the metrics stored in its run against the
+    settings recorded at registration, every gate present, ``champion`` still the version it was
+    evaluated against; :class:`PromotionRejected` otherwise. Returns the version."""
     from orchrm.ops import registry
 
-    registry.promote(registered.version, config=config, verdict=registered.verdict)
+    registry.promote(registered.version, config=config)
     return registered.version

@@ -59,7 +59,7 @@ def test_the_server_shows_the_logged_model_of_each_candidate(store, server):
 def test_the_server_shows_the_registered_versions_and_aliases(store, server):
     model = api(server, "registered-models/get", name="orchrm-reward")["registered_model"]
     aliases = {a["alias"]: int(a["version"]) for a in model["aliases"]}
-    assert aliases == {"champion": store.good_version, "challenger": store.weak_version}
+    assert aliases == {"champion": store.good_version, "challenger": store.good_version}  # the weak one failed a gate
     versions = api(server, "model-versions/search", filter="name='orchrm-reward'")["model_versions"]
     tags = {int(v["version"]): {t["key"]: t["value"] for t in v.get("tags", [])} for v in versions}
     assert tags[store.good_version]["verdict"] == "promoted" and tags[store.weak_version]["verdict"] == "rejected"

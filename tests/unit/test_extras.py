@@ -268,7 +268,7 @@ def test_the_champion_and_its_pyfunc_load_from_a_sqlite_registry_with_the_core_a
         "model_uri = registry.log_model(file, run_id=run_id, config=config)\n"
         "verdict = Verdict((GateResult(name='pairwise_accuracy', passed=True, value=1.0, threshold=0.5, detail='set by the test'),))\n"
         "version = registry.register_candidate(model_uri, run_id=run_id, verdict=verdict, data_digest='test', config=config)\n"
-        "registry.promote(version, config=config, verdict=verdict)\n"
+        "registry.client(uri).set_registered_model_alias(config.registry.model_name, 'champion', str(version))\n"
         f"print(json.dumps({{'uri': uri, 'scores': model.score({PROMPT!r}, {ACTIONS!r}).tolist()}}))\n"
     )
     report = run_core_only(
