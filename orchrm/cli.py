@@ -501,7 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="orchrm",
         description="Train reward models for multi-agent orchestration from the artifacts your system already produces.",
         epilog="Pipeline: collect (or ingest your own traces) -> validate -> pairs -> validate -> train -> evaluate "
-        "-> gate -> register (alias challenger) -> promote (alias champion); `orchrm pipeline` runs every stage "
+        "-> gate -> register (alias challenger when every absolute gate passed) -> promote (alias champion); "
+        "`orchrm rollback` moves champion back to the previous one; `orchrm pipeline` runs every stage "
         "once, `orchrm demo` on embedded defaults. Then `orchrm rank --model models:/orchrm-reward@champion ...`, "
         "or orchrm.load_reward_model(...) from Python. The settings the README's measurements use: --config "
         "configs/default.yaml.",

@@ -383,12 +383,13 @@ def _gate_step(run: _Run, evaluation: Evaluation) -> Verdict:
 
 
 def _register_step(run: _Run, model: TrainedModel, evaluation: Evaluation, verdict: Verdict, pairs: Pairs) -> tuple[Registered, int | None]:
-    """Step 8: register the candidate (alias ``challenger``), promote it when every gate passed;
+    """Step 8: register the candidate (alias ``challenger`` when it passed every absolute gate),
+    promote it when every gate passed;
     returns the registered version and the champion's version after it."""
     from orchrm.ops import registry
 
     config = run.config
-    with run.clock.stage("register", "8/8 register (alias challenger) and promote (champion, only when every gate passed)"):
+    with run.clock.stage("register", "8/8 register (challenger when every absolute gate passed) and promote (champion, only when every gate passed)"):
         registered = _call(run.stages.register, model, evaluation, verdict, pairs, config=config)
         if verdict.passed:
             _call(run.stages.promote, registered, config=config)
@@ -515,7 +516,10 @@ def report_markdown(result: PipelineResult) -> str:
     if result.verdict is not None:
         lines += ["## Gates", "", *_gate_table(result.verdict), ""]
     if result.registered is not None:
-        lines.append(f"Registered version {result.registered.version} (alias challenger); champion: version {result.champion_version}.")
+        from orchrm.ops.registry import passed_absolute_gates
+
+        alias = " (alias challenger)" if result.verdict is not None and passed_absolute_gates(result.verdict) else ""
+        lines.append(f"Registered version {result.registered.version}{alias}; champion: version {result.champion_version}.")
         lines.append("")
     if result.evaluation is not None:
         lines += [result.evaluation.markdown, ""]
