@@ -231,8 +231,10 @@ def run_pipeline(
     """Run every stage once and return what happened.
 
     New artifacts come from ``traces_dir`` (default ``config.pipeline.traces_dir``) when set, else
-    from the sandbox collection. An ingest run whose folder holds no file that an earlier run
-    trained on ends early with status ``no-new-traces``. A trace file that fails ingest or, when
+    from the sandbox collection. An ingest run trains on the folder's files inside the retention
+    window (``pipeline.window_days`` / ``pipeline.max_files``: the newest by modification time),
+    and one whose window holds no file that an earlier run trained on ends early with status
+    ``no-new-traces``. A trace file that fails ingest or, when
     new, the artifact suite alone is moved to ``rejected/`` beside the folder (with a report) and
     the run goes on with the rest; when no new file is left it ends early with status
     ``nothing-valid`` and the reasons. A rejected file is not recorded as ingested. A data-quality
@@ -254,7 +256,8 @@ def run_pipeline(
     ingested: Artifacts | None = None
     clock = _Clock(say)
     if traces_dir is not None:
-        new = _call(stages.find_new_traces, str(traces_dir), data_dir=config.data_dir)
+        window = {"window_days": config.pipeline.window_days, "max_files": config.pipeline.max_files}
+        new = _call(stages.find_new_traces, str(traces_dir), data_dir=config.data_dir, **window)
         if not new.new:
             return _nothing_new(config, new, out=out, say=say)
         ingested = _ingest_step(stages, clock, new, out=out)
@@ -299,8 +302,9 @@ def _nothing_new(config: PipelineConfig, new: NewTraces, *, out: Path, say: Say)
     """The result of an ingest run whose folder holds only files earlier runs trained on."""
     from orchrm.ops import registry
 
+    outside = f"; {len(new.outside)} older file(s) outside the retention window" if new.outside else ""
     message = (
-        f"no new traces in {new.folder} ({len(new.files)} file(s), every one trained on before): "
+        f"no new traces in {new.folder} ({len(new.files)} file(s), every one trained on before{outside}): "
         "nothing to do tonight"
     )
     say(message)
@@ -349,7 +353,8 @@ def _start(config: PipelineConfig, *, stages: Stages, say: Say, out: Path, progr
 def _ingest_step(stages: Stages, clock: _Clock, new: NewTraces, *, out: Path) -> Artifacts:
     """Step 1 of an ingest run (before the MLflow run starts: a night whose new files are all
     rejected ends without one): the folder's trace files as one artifact table."""
-    with clock.stage("ingest", f"1/8 ingest {len(new.files)} trace file(s) ({len(new.new)} new) from {new.folder}"):
+    outside = f", {len(new.outside)} outside the retention window" if new.outside else ""
+    with clock.stage("ingest", f"1/8 ingest {len(new.files)} trace file(s) ({len(new.new)} new{outside}) from {new.folder}"):
         artifacts = _call(stages.ingest, new, out_dir=str(out))
         clock.say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks")
         for r in artifacts.rejected:

@@ -66,10 +66,13 @@ class NewTraces:
     """The trace files of a folder, and which of them no earlier run has trained on."""
 
     folder: Path
+    #: the trace files inside the retention window (all of them without one), by name
     files: tuple[Path, ...]
     new: tuple[Path, ...]
     #: file path -> sha256 of its bytes, for every file in ``files``
     digests: Mapping[str, str] = field(default_factory=dict)
+    #: trace files left out by the retention window (older, or beyond ``max_files``), by name
+    outside: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -215,10 +218,22 @@ def is_transient(exc: BaseException) -> bool:
 # stages
 
 
-def find_new_traces(traces_dir: str | os.PathLike, *, data_dir: str | os.PathLike) -> NewTraces:
-    """The trace files (``*.jsonl``, ``*.parquet``) in ``traces_dir`` and which of them are new:
-    not in the ledger of files earlier runs trained on (``<data_dir>/ingest/ingested.json``, by
-    content hash, so a renamed file is not new and an edited one is).
+def find_new_traces(
+    traces_dir: str | os.PathLike,
+    *,
+    data_dir: str | os.PathLike,
+    window_days: float | None = None,
+    max_files: int | None = None,
+    now: datetime | None = None,
+) -> NewTraces:
+    """The trace files (``*.jsonl``, ``*.parquet``) in ``traces_dir`` inside the retention window
+    and which of them are new: not in the ledger of files earlier runs trained on
+    (``<data_dir>/ingest/ingested.json``, by content hash, so a renamed file is not new and an
+    edited one is).
+
+    The window (``pipeline.window_days`` / ``pipeline.max_files``, :func:`in_window`) keeps the
+    files modified in the last ``window_days`` days before ``now`` (default: the current time),
+    at most the ``max_files`` newest of them; the rest are ``outside``, neither read nor new.
 
     Files still being written are never read: dot-files, ``*.tmp`` and any other suffix are
     skipped, so a system that writes ``.name.jsonl`` or ``name.jsonl.tmp`` and then renames it to
@@ -229,11 +244,29 @@ def find_new_traces(traces_dir: str | os.PathLike, *, data_dir: str | os.PathLik
             f"the traces folder {folder} does not exist: create it and let your system write its traces "
             "there (JSONL or Parquet in the artifact schema), or set pipeline.traces_dir to another folder"
         )
-    files = tuple(sorted(p for p in folder.iterdir() if is_trace_file(p)))
+    every = [p for p in folder.iterdir() if is_trace_file(p)]
+    files = in_window(every, window_days=window_days, max_files=max_files, now=now)
     digests = {str(p): file_digest(p) for p in files}
     seen = _ledger(Path(data_dir))
     new = tuple(p for p in files if digests[str(p)] not in seen)
-    return NewTraces(folder=folder, files=files, new=new, digests=digests)
+    outside = tuple(sorted(set(every) - set(files)))
+    return NewTraces(folder=folder, files=files, new=new, digests=digests, outside=outside)
+
+
+def in_window(
+    files: list[Path], *, window_days: float | None, max_files: int | None, now: datetime | None = None
+) -> tuple[Path, ...]:
+    """The ``files`` a night trains on, sorted by name: those modified at most ``window_days``
+    days before ``now``, then the ``max_files`` newest of them by modification time (ties by
+    name). None for either means no limit of that kind."""
+    mtimes = {p: p.stat().st_mtime for p in files}
+    kept = sorted(files, key=lambda p: (-mtimes[p], p.name))
+    if window_days is not None:
+        oldest = (now or datetime.now(UTC)).timestamp() - window_days * 86400.0
+        kept = [p for p in kept if mtimes[p] >= oldest]
+    if max_files is not None:
+        kept = kept[:max_files]
+    return tuple(sorted(kept))
 
 
 def is_trace_file(path: Path) -> bool:
@@ -267,8 +300,8 @@ def record_ingested(traces: NewTraces, *, data_dir: str | os.PathLike, run_id: s
 
 
 def ingest_stage(traces: NewTraces, *, out_dir: str | os.PathLike) -> Artifacts:
-    """Normalise every trace file of the folder (old and new: the model retrains on all of them)
-    into one artifact table at ``out_dir/artifacts.parquet``. Each file keeps its own run id (a
+    """Normalise every trace file of ``traces.files`` (old and new, inside the retention window:
+    the model retrains on all of them) into one artifact table at ``out_dir/artifacts.parquet``. Each file keeps its own run id (a
     hash of its contents), so artifact ids never collide across files.
 
     A file that cannot be ingested (:class:`TraceSchemaError`) or, when new, fails the artifact

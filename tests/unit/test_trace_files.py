@@ -1,16 +1,22 @@
 """The nightly's trace folder: which files a night reads, and what happens to a file that fails
 ingest or the artifact suite (moved to ``rejected/`` beside the folder with a report; the night goes
-on with the rest, or ends Completed with "nothing valid")."""
+on with the rest, or ends Completed with "nothing valid"), and the retention window (``pipeline.window_days`` /
+``pipeline.max_files``: the newest files by modification time)."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
+from datetime import UTC, datetime
 
 import pandas as pd
+import pytest
 
 from orchrm.config import config_from_dict
 from orchrm.data.ingest import ingest_traces
 from orchrm.data.tables import read_table, write_table
+from orchrm.errors import ConfigError
 from orchrm.execution.support_desk import make_traces
 from orchrm.ops import pipeline, stages
 
@@ -102,3 +108,78 @@ def test_a_night_whose_every_new_file_is_rejected_ends_completed_with_nothing_va
     assert "nothing valid" in result.message and "deep.jsonl: DataQualityError: failed artifacts.depth_in_range" in result.message
     assert (tmp_path / "rejected" / "deep.jsonl").is_file() and not (folder / "deep.jsonl").exists()
     assert not (data / "ingest" / "ingested.json").exists()
+
+
+def _aged(folder, name, days_old, *, now):
+    path = folder / name
+    path.write_text(json.dumps({"file": name}) + "\n")
+    stamp = now.timestamp() - days_old * 86400
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+NOW = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
+
+
+def test_the_retention_window_keeps_the_newest_files_by_modification_time(tmp_path):
+    folder, data = tmp_path / "incoming", tmp_path / "data"
+    folder.mkdir()
+    # names sort the other way round from ages: the window must follow the modification time
+    for name, age in [("a.jsonl", 1), ("b.jsonl", 3), ("c.parquet", 10), ("d.jsonl", 40)]:
+        _aged(folder, name, age, now=NOW)
+
+    by_age = stages.find_new_traces(folder, data_dir=data, window_days=7, now=NOW)
+    assert [p.name for p in by_age.files] == ["a.jsonl", "b.jsonl"]
+    assert [p.name for p in by_age.outside] == ["c.parquet", "d.jsonl"]
+    assert set(by_age.digests) == {str(p) for p in by_age.files}
+
+    by_count = stages.find_new_traces(folder, data_dir=data, max_files=3, now=NOW)
+    assert [p.name for p in by_count.files] == ["a.jsonl", "b.jsonl", "c.parquet"]
+    both = stages.find_new_traces(folder, data_dir=data, window_days=30, max_files=1, now=NOW)
+    assert [p.name for p in both.files] == ["a.jsonl"] and len(both.outside) == 3
+    everything = stages.find_new_traces(folder, data_dir=data, now=NOW)
+    assert len(everything.files) == 4 and everything.outside == ()
+
+
+def test_the_ledger_still_decides_what_is_new_inside_the_window(tmp_path):
+    folder, data = tmp_path / "incoming", tmp_path / "data"
+    folder.mkdir()
+    _aged(folder, "old.jsonl", 20, now=NOW)
+    _aged(folder, "monday.jsonl", 2, now=NOW)
+    night1 = stages.find_new_traces(folder, data_dir=data, window_days=7, now=NOW)
+    assert [p.name for p in night1.new] == ["monday.jsonl"]  # the old file is neither read nor new
+    stages.record_ingested(night1, data_dir=data, run_id="r1")
+
+    night2 = stages.find_new_traces(folder, data_dir=data, window_days=7, now=NOW)
+    assert [p.name for p in night2.files] == ["monday.jsonl"] and night2.new == ()
+    _aged(folder, "tuesday.jsonl", 1, now=NOW)
+    night3 = stages.find_new_traces(folder, data_dir=data, window_days=7, now=NOW)
+    assert [p.name for p in night3.files] == ["monday.jsonl", "tuesday.jsonl"]
+    assert [p.name for p in night3.new] == ["tuesday.jsonl"]
+
+
+def test_a_night_trains_on_the_window_and_ends_early_when_nothing_in_it_is_new(tmp_path):
+    folder, data = tmp_path / "incoming", tmp_path / "data"
+    folder.mkdir()
+    old = _desk(folder / "old.jsonl", seed=1)
+    os.utime(old, (time.time() - 30 * 86400,) * 2)
+    config = config_from_dict({"data_dir": str(data), "pipeline": {"window_days": 7}})
+
+    result = pipeline.run_pipeline(config, traces_dir=folder, run_dir=tmp_path / "night")
+    assert result.status == "no-new-traces" and result.run_id is None
+    assert "0 file(s)" in result.message and "1 older file(s) outside the retention window" in result.message
+
+    # inside the window, the ingest stage reads only the window's files
+    _desk(folder / "new.jsonl", seed=2)
+    found = stages.find_new_traces(folder, data_dir=data, window_days=config.pipeline.window_days, max_files=config.pipeline.max_files)
+    artifacts = stages.ingest_stage(found, out_dir=tmp_path / "run")
+    assert artifacts.sources == (folder / "new.jsonl",)
+    assert set(read_table(artifacts.path).task_id) == set(make_traces(2, seed=2, runs=1).task_id)
+
+
+def test_the_window_settings_are_validated():
+    assert config_from_dict({"pipeline": {"window_days": 14, "max_files": 30}}).pipeline.max_files == 30
+    with pytest.raises(ConfigError, match=r"pipeline\.window_days"):
+        config_from_dict({"pipeline": {"window_days": 0}})
+    with pytest.raises(ConfigError, match=r"pipeline\.max_files"):
+        config_from_dict({"pipeline": {"max_files": 0}})
