@@ -305,6 +305,15 @@ class RunConfig(FrozenConfig):
     #: folder the nightly run ingests new traces from (``*.jsonl`` / ``*.parquet`` in the
     #: artifact schema, DESIGN §3); None = collect in the sandbox
     traces_dir: str | None = None
+    #: retention window of an ingest run, in days: each night trains on the trace files modified
+    #: in the last ``window_days`` days (newest by modification time), not on all history, so a
+    #: night's ingest, pairs and training cost follows the window, not the folder's age; older
+    #: files stay in the folder, unread. None = no age limit
+    window_days: float | None = Field(None, gt=0, allow_inf_nan=False)
+    #: retention window by count: each night trains on at most the ``max_files`` newest trace files
+    #: (by modification time) inside ``window_days``. None = no limit. A night has something to do
+    #: only when a file inside the window is new (not trained on before)
+    max_files: int | None = Field(None, ge=1)
     #: ``process``: ``orchrm train`` in a subprocess; ``torchrun``: ``torchrun -m orchrm.cli train``
     launcher: Literal["process", "torchrun"] = "process"
     #: processes per node under torchrun

@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +47,7 @@ from orchrm.ops.stages import (
     promote_stage,
     record_ingested,
     register_stage,
+    rejected_dir,
     train_stage,
     validate_artifacts_stage,
     validate_pairs_stage,
@@ -65,9 +66,10 @@ Say = Callable[[str], None]
 @dataclass(frozen=True)
 class PipelineResult:
     """What one pipeline run did. ``status`` is the gate verdict's label (``promoted`` /
-    ``rejected``), or ``no-new-traces`` when an ingest run found nothing new and stopped."""
+    ``rejected``), ``no-new-traces`` when an ingest run found nothing new and stopped, or
+    ``nothing-valid`` when every new trace file it found was rejected (moved to ``rejected/``)."""
 
-    status: Literal["promoted", "rejected", "no-new-traces"]
+    status: Literal["promoted", "rejected", "no-new-traces", "nothing-valid"]
     run_dir: Path
     message: str
     run_id: str | None = None
@@ -227,8 +229,14 @@ def run_pipeline(
     """Run every stage once and return what happened.
 
     New artifacts come from ``traces_dir`` (default ``config.pipeline.traces_dir``) when set, else
-    from the sandbox collection. An ingest run whose folder holds no file that an earlier run
-    trained on ends early with status ``no-new-traces``. A data-quality failure raises
+    from the sandbox collection. An ingest run trains on the folder's files inside the retention
+    window (``pipeline.window_days`` / ``pipeline.max_files``: the newest by modification time),
+    and one whose window holds no file that an earlier run trained on ends early with status
+    ``no-new-traces``. A trace file that fails ingest or, when
+    new, the artifact suite alone is moved to ``rejected/`` beside the folder (with a report) and
+    the run goes on with the rest; when no new file is left it ends early with status
+    ``nothing-valid`` and the reasons. A rejected file is not recorded as ingested. A data-quality
+    failure of the table the files make together raises
     :class:`DataQualityError`, a failed training :class:`TrainingError` (nothing registered); a
     candidate that fails a gate is registered with verdict ``rejected`` and ``champion`` stays.
     Tables, validation results, the model and the evaluation report land in ``run_dir``
@@ -243,13 +251,20 @@ def run_pipeline(
     out = Path(run_dir).resolve() if run_dir is not None else new_run_dir(config)
     out.mkdir(parents=True, exist_ok=True)
     new: NewTraces | None = None
+    ingested: Artifacts | None = None
+    clock = _Clock(say)
     if traces_dir is not None:
-        new = _call(stages.find_new_traces, str(traces_dir), data_dir=config.data_dir)
+        window = {"window_days": config.pipeline.window_days, "max_files": config.pipeline.max_files}
+        new = _call(stages.find_new_traces, str(traces_dir), data_dir=config.data_dir, **window)
         if not new.new:
             return _nothing_new(config, new, out=out, say=say)
-    run = _start(config, stages=stages, say=say, out=out, progress=progress)
+        ingested = _ingest_step(stages, clock, new, out=out)
+        new = _accepted(new, ingested)
+        if not new.new:
+            return _nothing_valid(config, new, ingested, out=out, say=say, seconds=clock.seconds)
+    run = _start(config, stages=stages, say=say, out=out, progress=progress, clock=clock)
     try:
-        artifacts = _artifacts_step(run, new)
+        artifacts = ingested if ingested is not None else _collect_step(run)
         _validate_step(run, "validate-artifacts", "2/8 validate artifacts (Great Expectations)", stages.validate_artifacts, artifacts)
         pairs = _pairs_step(run, artifacts)
         _validate_step(run, "validate-pairs", "4/8 validate pairs (Great Expectations)", stages.validate_pairs, pairs, artifacts)
@@ -285,15 +300,42 @@ def _nothing_new(config: PipelineConfig, new: NewTraces, *, out: Path, say: Say)
     """The result of an ingest run whose folder holds only files earlier runs trained on."""
     from orchrm.ops import registry
 
+    outside = f"; {len(new.outside)} older file(s) outside the retention window" if new.outside else ""
     message = (
-        f"no new traces in {new.folder} ({len(new.files)} file(s), every one trained on before): "
+        f"no new traces in {new.folder} ({len(new.files)} file(s), every one trained on before{outside}): "
         "nothing to do tonight"
     )
     say(message)
     return PipelineResult(status="no-new-traces", run_dir=out, message=message, champion_version=registry.champion_version(config))
 
 
-def _start(config: PipelineConfig, *, stages: Stages, say: Say, out: Path, progress: bool) -> _Run:
+def _nothing_valid(config: PipelineConfig, new: NewTraces, ingested: Artifacts, *, out: Path, say: Say,
+                   seconds: Mapping[str, float]) -> PipelineResult:
+    """The result of an ingest run whose every new file was rejected: nothing valid to train on."""
+    from orchrm.ops import registry
+
+    reasons = "; ".join(f"{r.source.name}: {r.reason} (now {r.moved_to}, report {r.report.name})" for r in ingested.rejected)
+    message = (
+        f"nothing valid to train on in {new.folder}: {len(ingested.rejected)} file(s) rejected and moved to "
+        f"{rejected_dir(new.folder)}, no other new file ({reasons}); nothing to do tonight"
+    )
+    say(message)
+    return PipelineResult(status="nothing-valid", run_dir=out, message=message, artifacts=ingested,
+                          champion_version=registry.champion_version(config), seconds=dict(seconds))
+
+
+def _accepted(new: NewTraces, ingested: Artifacts) -> NewTraces:
+    """``new`` without the files the ingest rejected: what the run trains on and records."""
+    gone = {str(r.source) for r in ingested.rejected}
+    return replace(
+        new,
+        files=tuple(p for p in new.files if str(p) not in gone),
+        new=tuple(p for p in new.new if str(p) not in gone),
+        digests={k: v for k, v in new.digests.items() if k not in gone},
+    )
+
+
+def _start(config: PipelineConfig, *, stages: Stages, say: Say, out: Path, progress: bool, clock: _Clock | None = None) -> _Run:
     """Create the store and the experiment (before any stage or subprocess touches them) and the
     run's MLflow parent run, tagged with its folder and the code version."""
     from orchrm.ops import tracking
@@ -303,16 +345,23 @@ def _start(config: PipelineConfig, *, stages: Stages, say: Say, out: Path, progr
     uri = tracking.tracking_uri(config)
     parent = tracking.start_run(config, "pipeline", tags={"orchrm.run_dir": str(out), "orchrm.code_version": version})
     say(f"MLflow run {parent} at {uri}; files in {out}")
-    return _Run(config=config, stages=stages, say=say, clock=_Clock(say), out=out, code_version=version, progress=progress, parent=parent, tracking_uri=uri)
+    return _Run(config=config, stages=stages, say=say, clock=clock or _Clock(say), out=out, code_version=version, progress=progress, parent=parent, tracking_uri=uri)
 
 
-def _artifacts_step(run: _Run, new: NewTraces | None) -> Artifacts:
-    """Step 1: ingest the folder's trace files when there are new ones, else collect in the sandbox."""
-    if new is not None:
-        with run.clock.stage("ingest", f"1/8 ingest {len(new.files)} trace file(s) ({len(new.new)} new) from {new.folder}"):
-            artifacts = _call(run.stages.ingest, new, out_dir=str(run.out))
-            run.say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks")
-        return artifacts
+def _ingest_step(stages: Stages, clock: _Clock, new: NewTraces, *, out: Path) -> Artifacts:
+    """Step 1 of an ingest run (before the MLflow run starts: a night whose new files are all
+    rejected ends without one): the folder's trace files as one artifact table."""
+    outside = f", {len(new.outside)} outside the retention window" if new.outside else ""
+    with clock.stage("ingest", f"1/8 ingest {len(new.files)} trace file(s) ({len(new.new)} new{outside}) from {new.folder}"):
+        artifacts = _call(stages.ingest, new, out_dir=str(out))
+        clock.say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks")
+        for r in artifacts.rejected:
+            clock.say(f"rejected {r.source.name}: {r.reason}; moved to {r.moved_to}, report {r.report}")
+    return artifacts
+
+
+def _collect_step(run: _Run) -> Artifacts:
+    """Step 1 without traces: collect in the sandbox."""
     c = run.config.collect
     runs = f" x {c.repeats} executions" if c.repeats > 1 else ""
     with run.clock.stage("collect", f"1/8 collect: {c.tasks_per_domain} tasks x {c.plans_per_task} plans{runs} in {', '.join(c.domains)}"):

@@ -43,7 +43,13 @@ from orchrm.config import (
     PairsConfig,
     PipelineConfig,
 )
-from orchrm.errors import ConfigError, DataQualityError, RegistryError, TrainingError
+from orchrm.errors import (
+    ConfigError,
+    DataQualityError,
+    RegistryError,
+    TraceSchemaError,
+    TrainingError,
+)
 from orchrm.evaluation.gates import Verdict
 from orchrm.util.digests import file_digest
 
@@ -61,10 +67,27 @@ class NewTraces:
     """The trace files of a folder, and which of them no earlier run has trained on."""
 
     folder: Path
+    #: the trace files inside the retention window (all of them without one), by name
     files: tuple[Path, ...]
     new: tuple[Path, ...]
     #: file path -> sha256 of its bytes, for every file in ``files``
     digests: Mapping[str, str] = field(default_factory=dict)
+    #: trace files left out by the retention window (older, or beyond ``max_files``), by name
+    outside: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A trace file that failed ingest or the artifact suite, moved out of the traces folder."""
+
+    #: where the file was
+    source: Path
+    #: where it lies now: ``<traces folder>/../rejected/<name>``
+    moved_to: Path
+    #: ``<name>.rejected.json`` beside it: the error and, for a failed suite, each failed expectation
+    report: Path
+    #: one line: the error's type and the start of its message
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -76,6 +99,10 @@ class Artifacts:
     tasks: int
     #: ``sandbox`` (collected here) or ``ingest`` (a user's traces)
     origin: str
+    #: an ingest's trace files in the table
+    sources: tuple[Path, ...] = ()
+    #: an ingest's trace files that failed ingest or the artifact suite, moved to ``rejected/``
+    rejected: tuple[Rejected, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,21 +219,67 @@ def is_transient(exc: BaseException) -> bool:
 # stages
 
 
-def find_new_traces(traces_dir: str | os.PathLike, *, data_dir: str | os.PathLike) -> NewTraces:
-    """The trace files (``*.jsonl``, ``*.parquet``) in ``traces_dir`` and which of them are new:
-    not in the ledger of files earlier runs trained on (``<data_dir>/ingest/ingested.json``, by
-    content hash, so a renamed file is not new and an edited one is)."""
+def find_new_traces(
+    traces_dir: str | os.PathLike,
+    *,
+    data_dir: str | os.PathLike,
+    window_days: float | None = None,
+    max_files: int | None = None,
+    now: datetime | None = None,
+) -> NewTraces:
+    """The trace files (``*.jsonl``, ``*.parquet``) in ``traces_dir`` inside the retention window
+    and which of them are new: not in the ledger of files earlier runs trained on
+    (``<data_dir>/ingest/ingested.json``, by content hash, so a renamed file is not new and an
+    edited one is).
+
+    The window (``pipeline.window_days`` / ``pipeline.max_files``, :func:`in_window`) keeps the
+    files modified in the last ``window_days`` days before ``now`` (default: the current time),
+    at most the ``max_files`` newest of them; the rest are ``outside``, neither read nor new.
+
+    Files still being written are never read: dot-files, ``*.tmp`` and any other suffix are
+    skipped, so a system that writes ``.name.jsonl`` or ``name.jsonl.tmp`` and then renames it to
+    ``name.jsonl`` is picked up only once the file is whole."""
     folder = Path(traces_dir).expanduser()
     if not folder.is_dir():
         raise ConfigError(
             f"the traces folder {folder} does not exist: create it and let your system write its traces "
             "there (JSONL or Parquet in the artifact schema), or set pipeline.traces_dir to another folder"
         )
-    files = tuple(sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in TRACE_SUFFIXES and not p.name.startswith(".")))
+    every = [p for p in folder.iterdir() if is_trace_file(p)]
+    files = in_window(every, window_days=window_days, max_files=max_files, now=now)
     digests = {str(p): file_digest(p) for p in files}
     seen = _ledger(Path(data_dir))
     new = tuple(p for p in files if digests[str(p)] not in seen)
-    return NewTraces(folder=folder, files=files, new=new, digests=digests)
+    outside = tuple(sorted(set(every) - set(files)))
+    return NewTraces(folder=folder, files=files, new=new, digests=digests, outside=outside)
+
+
+def in_window(
+    files: list[Path], *, window_days: float | None, max_files: int | None, now: datetime | None = None
+) -> tuple[Path, ...]:
+    """The ``files`` a night trains on, sorted by name: those modified at most ``window_days``
+    days before ``now``, then the ``max_files`` newest of them by modification time (ties by
+    name). None for either means no limit of that kind."""
+    mtimes = {p: p.stat().st_mtime for p in files}
+    kept = sorted(files, key=lambda p: (-mtimes[p], p.name))
+    if window_days is not None:
+        oldest = (now or datetime.now(UTC)).timestamp() - window_days * 86400.0
+        kept = [p for p in kept if mtimes[p] >= oldest]
+    if max_files is not None:
+        kept = kept[:max_files]
+    return tuple(sorted(kept))
+
+
+def is_trace_file(path: Path) -> bool:
+    """Whether ``path`` is a whole trace file to read: a plain file named ``*.jsonl`` or
+    ``*.parquet``, not a dot-file (a file being written, by convention)."""
+    return path.is_file() and path.suffix in TRACE_SUFFIXES and not path.name.startswith(".")
+
+
+def rejected_dir(folder: Path) -> Path:
+    """Where the trace files of ``folder`` that fail ingest or the artifact suite are moved:
+    ``rejected/`` beside it (outside it, so no later night reads them)."""
+    return folder.parent / "rejected"
 
 
 def _ledger_path(data_dir: Path) -> Path:
@@ -228,16 +301,85 @@ def record_ingested(traces: NewTraces, *, data_dir: str | os.PathLike, run_id: s
 
 
 def ingest_stage(traces: NewTraces, *, out_dir: str | os.PathLike) -> Artifacts:
-    """Normalise every trace file of the folder (old and new: the model retrains on all of them)
-    into one artifact table at ``out_dir/artifacts.parquet``. Each file keeps its own run id (a
-    hash of its contents), so artifact ids never collide across files."""
-    from orchrm.data.ingest import ingest_traces
-    from orchrm.data.tables import read_table, write_table
+    """Normalise every trace file of ``traces.files`` (old and new, inside the retention window:
+    the model retrains on all of them) into one artifact table at ``out_dir/artifacts.parquet``. Each file keeps its own run id (a
+    hash of its contents), so artifact ids never collide across files.
 
-    frames = [ingest_traces(read_table(p)) for p in traces.files]
+    A file that cannot be ingested (:class:`TraceSchemaError`) or, when new, fails the artifact
+    suite alone (:class:`DataQualityError`) is moved to :func:`rejected_dir` with a report beside
+    it (:func:`reject_file`) and left out; the table holds the rest (``sources``; ``rejected``
+    lists the others). Problems that only the files together have (the same artifact id in two
+    files) are left to :func:`validate_artifacts_stage`, which fails the run."""
+    from orchrm.data.tables import write_table
+
+    new = {str(p) for p in traces.new}
+    frames, sources, rejected = [], [], []
+    for path in traces.files:
+        try:
+            frames.append(_ingest_file(path, check=str(path) in new, out_dir=Path(out_dir)))
+            sources.append(path)
+        except (TraceSchemaError, DataQualityError) as exc:
+            rejected.append(reject_file(path, exc, folder=traces.folder, digest=traces.digests.get(str(path))))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     path = write_table(df, Path(out_dir) / "artifacts.parquet")
-    return Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()) if len(df) else 0, origin="ingest")
+    return Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()) if len(df) else 0, origin="ingest",
+                     sources=tuple(sources), rejected=tuple(rejected))
+
+
+def _ingest_file(path: Path, *, check: bool, out_dir: Path) -> pd.DataFrame:
+    """One trace file as artifacts; with ``check``, the artifact suite run on it alone (raises
+    :class:`DataQualityError`, its GX results under ``out_dir/validation/files/<name>``)."""
+    from orchrm.data.ingest import ingest_traces
+    from orchrm.data.tables import read_table
+    from orchrm.data.validation import validate_artifacts
+
+    frame = ingest_traces(read_table(path))
+    if check:
+        report = validate_artifacts(frame, out_dir=out_dir / "validation" / "files" / path.name, raise_on_failure=False)
+        if not report.success:
+            raise _FileQualityError(report)
+    return frame
+
+
+class _FileQualityError(DataQualityError):
+    """A file's own artifact suite failed; keeps the report for the rejection's record."""
+
+    def __init__(self, report) -> None:
+        super().__init__(report.error_message())
+        self.report = report
+
+
+def reject_file(path: Path, error: Exception, *, folder: Path, digest: str | None = None) -> Rejected:
+    """Move ``path`` to :func:`rejected_dir` ``(folder)`` (a name already there gets a numbered
+    suffix) and write ``<name>.rejected.json`` beside it: the error's type and text, and each
+    failed expectation where the artifact suite failed."""
+    target_dir = rejected_dir(folder)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    target = target_dir / path.name
+    n = 1
+    while target.exists():
+        target = target_dir / f"{path.stem}.{n}{path.suffix}"
+        n += 1
+    os.replace(path, target)
+    report = getattr(error, "report", None)
+    failures = [
+        {"expectation": f"{o.suite}.{o.name}", "type": o.expectation_type, "column": o.column,
+         "unexpected_count": o.unexpected_count, "examples": list(o.examples), "why": o.note, "error": o.error}
+        for o in (report.failures if report is not None else ())
+    ]
+    kind = "DataQualityError" if isinstance(error, DataQualityError) else type(error).__name__
+    record = {
+        "file": path.name, "from": str(path), "moved_to": str(target), "sha256": digest,
+        "rejected_at": datetime.now(UTC).isoformat(), "error_type": kind, "error": str(error),
+        "gx_failures": failures, "gx_results": str(report.out_dir) if report is not None and report.out_dir else None,
+        "fix": f"correct the file and write it to {folder} again (write, then rename into place)",
+    }
+    report_path = _write_json(target.with_name(f"{target.name}.rejected.json"), record)
+    if failures:
+        reason = f"{kind}: failed {', '.join(f['expectation'] for f in failures)}"
+    else:
+        reason = f"{kind}: {str(error).strip().splitlines()[0] if str(error).strip() else 'no message'}"
+    return Rejected(source=path, moved_to=target, report=report_path, reason=reason)
 
 
 def collect_stage(
