@@ -55,7 +55,8 @@ def test_the_collection_is_cached_on_its_inputs_with_results_under_the_data_dir(
     assert record["metadata"]["serializer"]["type"] == "json"
     stored = json.loads(record["result"])
     assert stored["__class__"] == "orchrm.ops.stages.Artifacts"
-    assert stored["data"] == {"path": str(first.result().path), "rows": first.result().rows, "tasks": first.result().tasks, "origin": "sandbox"}
+    assert stored["data"] == {"path": str(first.result().path), "rows": first.result().rows, "tasks": first.result().tasks,
+                              "origin": "sandbox", "sources": [], "rejected": []}
     assert Path(again.data.metadata.storage_key).parent == tmp_path / "data" / "prefect-results"
 
 
