@@ -4,7 +4,8 @@
 on the configured task runner, then publishes two Prefect artifacts: the markdown report (gate
 verdict with every figure and threshold, pairwise and best-of-N tables) and a link to the MLflow
 run. ``orchrm-nightly`` is the same on the new traces of a folder; ``orchrm-weekly-reevaluation``
-evaluates the champion again on fresh held-out tasks. Every persisted result (the flows', the cached
+evaluates the champion again on held-out tasks it never saw (fresh sandbox tasks, or the newest
+traces' held-out tasks for a champion trained on them). Every persisted result (the flows', the cached
 stages') is JSON, never a pickle.
 
     python -m flows.pipeline --config configs/default.yaml          # one run, Prefect's ephemeral API
@@ -139,12 +140,14 @@ def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> Stat
 
 
 @flow(name="orchrm-weekly-reevaluation", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
-def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None) -> State:
-    """The champion on fresh held-out tasks (``seed``, default one per ISO week), gates checked; the
-    flow run's state message says whether it still passes every gate (calling the flow returns the
-    :class:`~orchrm.ops.pipeline.Reevaluation`)."""
+def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None, traces_dir: str | None = None) -> State:
+    """The champion on held-out tasks it never saw, gates checked: fresh sandbox tasks (``seed``,
+    default one per ISO week), or for a champion gated on a replay of your traces the held-out
+    tasks of the newest trace files of ``traces_dir`` (default ``pipeline.traces_dir``), read
+    without changing the folder. The flow run's state message names the pool and says whether it
+    still passes every gate (calling the flow returns the :class:`~orchrm.ops.pipeline.Reevaluation`)."""
     cfg = load_config(config)
-    result = pipeline.reevaluate_champion(cfg, seed=seed, stages=stages(cfg), say=get_run_logger().info)
+    result = pipeline.reevaluate_champion(cfg, seed=seed, traces_dir=traces_dir, stages=stages(cfg), say=get_run_logger().info)
     create_markdown_artifact(key="orchrm-weekly-report", markdown=pipeline.reevaluation_markdown(result), description=result.message)
     return Completed(message=result.message, data=result)
 

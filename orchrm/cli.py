@@ -128,6 +128,16 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reevaluate(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.ops.pipeline import reevaluate_champion
+
+    result = reevaluate_champion(load_config(args.config), seed=args.seed, traces_dir=args.traces, run_dir=args.out, say=print,
+                                 progress=not args.quiet)
+    print(f"\n{result.message}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from orchrm.ops.demo import run_demo
 
@@ -335,6 +345,18 @@ def _pipeline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _reevaluate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=_project_config(),
+                   help="YAML config (default: configs/default.yaml when run from the project folder, else the built-in settings)")
+    p.add_argument("--seed", type=seed_int, default=None,
+                   help="seed of the fresh sandbox tasks of a sandbox champion (default: one per ISO week)")
+    p.add_argument("--traces", default=None,
+                   help="folder of your trace files whose newest (inside the retention window) a champion trained on traces is "
+                   "measured on, read only (default: the config's pipeline.traces_dir)")
+    p.add_argument("--out", default=None, help="folder for this run's tables and reports (default: a new <data_dir>/runs/<UTC time>-reevaluate)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config", default=_project_config(),
@@ -443,6 +465,17 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "(MLFLOW_TRACKING_URI, default SQLite under the data folder). Exits 0 when the run completed, also with "
         "verdict rejected or when there were no new traces.",
         _pipeline_arguments,
+    ),
+    Subcommand(
+        "reevaluate",
+        _cmd_reevaluate,
+        "measure the champion again on held-out tasks it never saw and check its gates",
+        "What the weekly deployment runs: evaluate the registered champion again and check its gates (it has no "
+        "champion to beat); promotes and demotes nothing. A champion gated on a replay of your traces is measured on "
+        "the held-out tasks and pairs of the newest trace files of --traces (read only: nothing in the folder is "
+        "moved or recorded); a sandbox champion on fresh sandbox tasks (--seed) and the held-out pairs of the run "
+        "that trained it. Exits 0 when it ran, also when a gate now fails.",
+        _reevaluate_arguments,
     ),
     Subcommand(
         "demo", _cmd_demo, "run the pipeline on embedded defaults", "Run the whole pipeline on the sandbox and print what happened.",

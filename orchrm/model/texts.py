@@ -12,7 +12,10 @@ node-level (``plan_prefix``)  :func:`plan_prompt`         :attr:`NodeInfo.subpla
 ============================  ==========================  ======================================
 
 :func:`plan_nodes` parses a plan text once into the pieces of its node-level texts;
-:func:`task_text` reads the question back out of any prompt. The module imports nothing but
+:func:`step_texts` builds a step's texts in either format; :func:`task_text` reads the question
+back out of any prompt. A trained model's manifest records the format of its intermediate pairs
+(:data:`INTERMEDIATE_FORMAT_KEY`, :func:`intermediate_format_of` at training), and serving reads it
+back (:func:`intermediate_format`), so a step is scored with the texts the model learned. The module imports nothing but
 :mod:`orchrm.plans`: a serving process loads it without the sandbox, Prefect, GX or MLflow.
 
 >>> info = plan_nodes('<agent id="s" type="WebSearch" queries="1" top_k="2"/>'
@@ -27,11 +30,15 @@ Answer: Ada
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import logging
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from orchrm.errors import PlanError
+from orchrm.errors import ModelFileError, PlanError
 from orchrm.plans import Plan, PlanNode
+
+log = logging.getLogger("orchrm.model.texts")
 
 #: what joins the parts of a prompt or an action (the question and its prefix, a node's line and
 #: its output); plan texts themselves hold one element per line
@@ -159,15 +166,79 @@ def plan_nodes(text: str) -> tuple[NodeInfo, ...] | None:
     )
 
 
+# the format of intermediate pairs ----------------------------------------------------------------
+#: the texts of an intermediate (node-level) pair, ``pairs.intermediate_action``: ``node``
+#: (:func:`node_prompt`, :func:`node_action`) or ``plan_prefix`` (:func:`plan_prompt`, :attr:`NodeInfo.subplan`)
+INTERMEDIATE_FORMATS: tuple[str, ...] = ("node", "plan_prefix")
+#: the key of a model's manifest that records the format its intermediate pairs were written in
+INTERMEDIATE_FORMAT_KEY = "intermediate_format"
+#: the format of a model whose manifest records none: one saved before the format was recorded,
+#: when serving always scored steps as ``node`` texts
+LEGACY_INTERMEDIATE_FORMAT = "node"
+
+
+def is_plan_text(text: str) -> bool:
+    """Whether ``text`` is a rendered plan (part) alone: every line an ``<agent .../>`` or ``<edge .../>``."""
+    return all(line.lstrip().startswith(_PLAN_LINE) for line in text.split(SEPARATOR))
+
+
+def intermediate_format_of(prompts: Sequence[str], chosen: Sequence[str], rejected: Sequence[str]) -> str | None:
+    """The format the node-level pairs ``(prompts, chosen, rejected)`` are written in, read from
+    their texts: ``plan_prefix`` when every prompt is a question alone and every action a plan
+    text, else ``node`` (an action that ends in an agent's output, or a prompt holding a plan
+    prefix). None for no pairs. A table mixing both formats is named by its majority, with a
+    warning: the model then learned texts that serving reads only one way."""
+    if not len(prompts):
+        return None
+    prefix = [task_text(p) == p.rstrip() and is_plan_text(c) and is_plan_text(r) for p, c, r in zip(prompts, chosen, rejected, strict=True)]
+    n = sum(prefix)
+    if 0 < n < len(prefix):
+        log.warning("the node-level pairs mix formats: %d of %d plan_prefix, the rest node; recording the majority", n, len(prefix))
+    return "plan_prefix" if 2 * n > len(prefix) else "node"
+
+
+def intermediate_format(manifest: Mapping[str, Any], *, what: str = "the model") -> str:
+    """The format ``manifest`` records (:data:`INTERMEDIATE_FORMAT_KEY`); a manifest without it (a
+    model saved before it was recorded) reads as :data:`LEGACY_INTERMEDIATE_FORMAT`, with a log line saying so."""
+    value = manifest.get(INTERMEDIATE_FORMAT_KEY)
+    if value is None:
+        log.info("%s records no intermediate-pair format (saved before it was recorded): scoring steps as %r texts, "
+                 "as every model of that time was served", what, LEGACY_INTERMEDIATE_FORMAT)
+        return LEGACY_INTERMEDIATE_FORMAT
+    if value not in INTERMEDIATE_FORMATS:
+        raise ModelFileError(f"{what} records intermediate-pair format {value!r}, not one of {list(INTERMEDIATE_FORMATS)}: "
+                             "upgrade orchrm, or retrain the model")
+    return str(value)
+
+
+def step_texts(fmt: str, question: str, nodes: Sequence[NodeInfo], outputs: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The prompts and actions that score the ``nodes`` of one step, in format ``fmt`` (what pair
+    building wrote for them): ``node``: :func:`node_prompt` and :func:`node_action` with each
+    node's output in ``outputs`` (by node id, "" when missing); ``plan_prefix``: the question and
+    each node's sub-plan (its output is not part of the text)."""
+    if fmt == "plan_prefix":
+        return [plan_prompt(question)] * len(nodes), [n.subplan for n in nodes]
+    if fmt != "node":
+        raise ValueError(f"intermediate-pair format {fmt!r} is not one of {list(INTERMEDIATE_FORMATS)}")
+    return [node_prompt(question, n.prefix) for n in nodes], [node_action(n.line, str(outputs.get(n.node_id, ""))) for n in nodes]
+
+
 __all__ = [
+    "INTERMEDIATE_FORMATS",
+    "INTERMEDIATE_FORMAT_KEY",
+    "LEGACY_INTERMEDIATE_FORMAT",
     "SEPARATOR",
     "NodeInfo",
     "functional_role",
+    "intermediate_format",
+    "intermediate_format_of",
+    "is_plan_text",
     "node_action",
     "node_prompt",
     "plan_nodes",
     "plan_part_text",
     "plan_prompt",
+    "step_texts",
     "subplan_text",
     "task_text",
 ]

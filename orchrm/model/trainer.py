@@ -61,6 +61,11 @@ from orchrm.model.checkpoints import (
 from orchrm.model.encoders import tokenizer_from_json
 from orchrm.model.modelfile import MODEL_FILE
 from orchrm.model.reward_model import BradleyTerryModel, bt_loss
+from orchrm.model.texts import (
+    INTERMEDIATE_FORMAT_KEY,
+    LEGACY_INTERMEDIATE_FORMAT,
+    intermediate_format_of,
+)
 from orchrm.util.fileio import atomic_write_bytes, check_output_dir
 from orchrm.util.progress import progress_bar
 
@@ -619,7 +624,17 @@ class Trainer:
             "best_val_loss": result.best_val_loss,
             "best_val_accuracy": result.best_val_accuracy,
             "train_config": run.cfg.model_dump(mode="json"),
+            INTERMEDIATE_FORMAT_KEY: _intermediate_format(frame),
         }
+
+
+def _intermediate_format(frame: pd.DataFrame) -> str:
+    """The format of the node-level pairs the model trained on, read from their texts
+    (:func:`orchrm.model.texts.intermediate_format_of`), for the manifest: serving scores steps
+    with it. A table without node-level pairs records ``node``, the default of ``pairs.intermediate_action``."""
+    nodes = frame[frame["granularity"] == "node"]
+    found = intermediate_format_of(nodes["prompt"].tolist(), nodes["chosen"].tolist(), nodes["rejected"].tolist())
+    return found or LEGACY_INTERMEDIATE_FORMAT
 
 
 # --------------------------------------------------------------------------------------------

@@ -468,48 +468,158 @@ def reevaluate_champion(
     config: PipelineConfig,
     *,
     seed: int | None = None,
+    traces_dir: str | os.PathLike | None = None,
     stages: Stages | None = None,
     say: Say | None = None,
     run_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> Reevaluation:
-    """Evaluate ``champion`` again on a fresh held-out pool (``seed``, default: one per ISO week)
-    and the held-out pairs of the run that trained it, and check its gates (no champion to beat:
-    it is the champion). Logs a ``reevaluate`` run
-    tagged with the version; promotes and demotes nothing."""
-    from orchrm.ops import registry, tracking
+    """Evaluate ``champion`` again on held-out tasks it never saw and check its gates (no champion
+    to beat: it is the champion). Logs a ``reevaluate`` run tagged with the version and the pool
+    (:data:`~orchrm.ops.stages.POOL_TAG` and ``orchrm.pool_source``); promotes and demotes nothing.
+
+    The pool is the kind the champion's own gates were measured on (:func:`champion_pool_kind`).
+    A champion gated on a replay of a user's traces is measured on the newest trace files of
+    ``traces_dir`` (default ``pipeline.traces_dir``) inside the retention window
+    (``pipeline.window_days`` / ``pipeline.max_files``): they are ingested read only into the run
+    folder (a bad file is skipped with a warning, never moved: the folder stays as it was), and
+    the champion is scored on their replay pool and their held-out pairs (split ``test``, never
+    trained on). With no folder set, or none of its files readable, nothing is evaluated and the
+    message says why. A sandbox champion is measured on a fresh sandbox pool (``seed``, default:
+    one per ISO week) and the held-out pairs of the run that trained it (:func:`champion_pairs`)."""
+    from orchrm.ops import registry
 
     config = _absolute(config)
     stages = stages or Stages()
     say = say or log.info
     champion = registry.champion_version(config)
     if champion is None:
-        message = f"no {config.registry.model_name}@champion yet: nothing to re-evaluate (run the pipeline first)"
-        say(message)
-        return Reevaluation(champion_version=None, pool=None, evaluation=None, verdict=None, message=message)
+        return _nothing_to_reevaluate(None, f"no {config.registry.model_name}@champion yet: nothing to re-evaluate (run the pipeline first)", say)
     seed = weekly_seed(config) if seed is None else seed
-    evaluate = config.evaluate.model_copy(update={"seed": seed})
-    fresh = config.model_copy(update={"evaluate": evaluate})
+    fresh = config.model_copy(update={"evaluate": config.evaluate.model_copy(update={"seed": seed})})
+    if champion_pool_kind(config, champion) == "replay":
+        return _reevaluate_on_traces(fresh, champion, traces_dir=traces_dir, stages=stages, say=say, run_dir=run_dir, progress=progress)
     out = Path(run_dir).resolve() if run_dir is not None else new_run_dir(config, "reevaluate")
-    parent = tracking.start_run(fresh, "reevaluate", tags={"champion_version": str(champion), "evaluate.seed": str(seed)})
-    try:
+
+    def sandbox_inputs(parent: str) -> tuple[Pairs, Pool, str]:
         pairs = champion_pairs(config, champion)
-        pool = _call(stages.build_pool, evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=source_hash(), progress=progress)
+        pool = _call(stages.build_pool, fresh.evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=source_hash(), progress=progress)
         say(f"fresh held-out pool: {pool.tasks} tasks (seed {seed}); held-out pairs of the champion's run: {pairs.path}")
-        evaluation = _call(stages.evaluate, None, pairs, pool, config=fresh, out_dir=str(out), parent_run_id=parent)
+        return pairs, pool, f"{pool.tasks} fresh held-out tasks (seed {seed})"
+
+    return _reevaluate(fresh, champion, sandbox_inputs, stages=stages, say=say, out=out)
+
+
+def _nothing_to_reevaluate(champion: int | None, message: str, say: Say) -> Reevaluation:
+    say(message)
+    return Reevaluation(champion_version=champion, pool=None, evaluation=None, verdict=None, message=message)
+
+
+def _reevaluate_on_traces(config: PipelineConfig, champion: int, *, traces_dir: str | os.PathLike | None, stages: Stages, say: Say,
+                          run_dir: str | os.PathLike | None, progress: bool) -> Reevaluation:
+    """:func:`reevaluate_champion` of a champion gated on a replay of the user's traces: the newest
+    trace files, read only, their replay pool and their held-out pairs."""
+    from orchrm.ops.stages import read_traces
+
+    folder = traces_dir if traces_dir is not None else config.pipeline.traces_dir
+    files, why = newest_traces(config, folder)
+    if not files:
+        return _nothing_to_reevaluate(champion, (
+            f"champion version {champion} was gated on a replay of your traces, but {why}: nothing was re-evaluated. "
+            "Set pipeline.traces_dir (or pass traces_dir) to the folder your system writes its trace files to"
+        ), say)
+    out = Path(run_dir).resolve() if run_dir is not None else new_run_dir(config, "reevaluate")
+    artifacts, skipped = read_traces(files, out_dir=out)
+    for path, reason in skipped:
+        log.warning("skipped %s: %s", path, reason)
+        say(f"skipped {path.name} (left where it is): {reason}")
+    if not artifacts.sources:
+        return _nothing_to_reevaluate(champion, (
+            f"champion version {champion} was gated on a replay of your traces, but none of the {len(files)} newest trace "
+            f"file(s) of {folder} could be read ({'; '.join(f'{p.name}: {r}' for p, r in skipped)}): nothing was re-evaluated. "
+            "Correct the files (write, then rename into place) and run the re-evaluation again"
+        ), say)
+    names = ", ".join(p.name for p in artifacts.sources)
+    say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks from {len(artifacts.sources)} trace file(s) of {folder}: {names}")
+
+    def replay_inputs(parent: str) -> tuple[Pairs, Pool, str]:
+        pairs = _call(stages.build_pairs, artifacts, config=config, out_dir=str(out), parent_run_id=parent)
+        pool = _call(stages.build_pool, config.evaluate, config.collect, config.sandbox, data_dir=config.data_dir,
+                     code_version=source_hash(), progress=progress, replay=artifacts, pairs=config.pairs)
+        held_out = pairs.splits.get("test", 0)
+        say(f"held-out pool: replay of {pool.tasks} held-out tasks of {names} ({pool.rows} candidate executions); {held_out} held-out pairs of the same files: {pairs.path}")
+        return pairs, pool, f"replay of {pool.tasks} held-out tasks of {names}"
+
+    return _reevaluate(config, champion, replay_inputs, stages=stages, say=say, out=out)
+
+
+def _reevaluate(config: PipelineConfig, champion: int, inputs: Callable[[str], tuple[Pairs, Pool, str]], *, stages: Stages, say: Say,
+                out: Path) -> Reevaluation:
+    """The ``reevaluate`` run: ``inputs(parent_run_id)`` gives the held-out pairs, the pool and the
+    words naming the pool; the champion is evaluated on them and its gates checked."""
+    from orchrm.ops import tracking
+    from orchrm.ops.stages import tag_pool
+
+    seed = config.evaluate.seed
+    parent = tracking.start_run(config, "reevaluate", tags={"champion_version": str(champion), "evaluate.seed": str(seed), "orchrm.run_dir": str(out)})
+    try:
+        pairs, pool, what = inputs(parent)
+        tag_pool(config, parent, pool.kind)
+        _client(config).set_tag(parent, POOL_SOURCE_TAG, what)
+        evaluation = _call(stages.evaluate, None, pairs, pool, config=config, out_dir=str(out), parent_run_id=parent)
         say(evaluation.summary)
         gates = config.evaluate.gates.model_copy(update={"beat_champion": False})
         verdict = _call(stages.gate, evaluation, gates)
         say(str(verdict))
     except BaseException:
-        tracking.end_run(fresh, parent, status="FAILED")
+        tracking.end_run(config, parent, status="FAILED")
         raise
-    _client(fresh).set_tag(parent, "verdict", verdict.label)
-    tracking.end_run(fresh, parent)
+    _client(config).set_tag(parent, "verdict", verdict.label)
+    tracking.end_run(config, parent)
     state = "still passes every gate" if verdict.passed else f"now fails {', '.join(g.name for g in verdict.failed())}"
-    message = f"champion version {champion} on {pool.tasks} fresh held-out tasks (seed {seed}) {state}"
+    message = f"champion version {champion} on a {what} {state}" if pool.kind == "replay" else f"champion version {champion} on {what} {state}"
     say(message)
     return Reevaluation(champion_version=champion, pool=pool, evaluation=evaluation, verdict=verdict, message=message)
+
+
+#: the MLflow tag of a ``reevaluate`` run naming its pool in words (``replay of 12 held-out tasks of night-9.parquet``)
+POOL_SOURCE_TAG = "orchrm.pool_source"
+
+
+def champion_pool_kind(config: PipelineConfig, version: int) -> str:
+    """The pool ``version``'s gates were measured on when it was registered: the
+    :data:`~orchrm.ops.stages.POOL_TAG` of its evaluate run, else of that run's pipeline run;
+    ``replay`` for a model trained and gated on a user's traces. ``sandbox`` when neither run has
+    the tag (a version registered before pools were tagged was always gated on the sandbox)."""
+    from orchrm.ops import registry
+    from orchrm.ops.stages import POOL_TAG
+
+    client = _client(config)
+    run = client.get_run(registry.version_info(version, config=config)["run_id"])
+    kind = run.data.tags.get(POOL_TAG)
+    parent = run.data.tags.get("mlflow.parentRunId")
+    if kind is None and parent:
+        kind = client.get_run(parent).data.tags.get(POOL_TAG)
+    return kind or "sandbox"
+
+
+def newest_traces(config: PipelineConfig, folder: str | os.PathLike | None) -> tuple[tuple[Path, ...], str]:
+    """The trace files of ``folder`` inside the retention window (``pipeline.window_days`` /
+    ``pipeline.max_files``, :func:`~orchrm.ops.stages.in_window`), read without touching the folder
+    or the ledger of ingested files; when there are none, the reason in words."""
+    from orchrm.ops.stages import in_window, is_trace_file
+
+    if folder is None:
+        return (), "no traces folder is set (pipeline.traces_dir)"
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        return (), f"the traces folder {path} does not exist"
+    every = [p for p in path.iterdir() if is_trace_file(p)]
+    files = in_window(every, window_days=config.pipeline.window_days, max_files=config.pipeline.max_files)
+    if not files:
+        outside = f" ({len(every)} older file(s) outside the retention window)" if every else ""
+        return (), f"the traces folder {path} holds no trace file inside the retention window{outside}"
+    return files, ""
 
 
 def champion_pairs(config: PipelineConfig, version: int) -> Pairs:
@@ -586,8 +696,11 @@ def failure_markdown(exc: BaseException) -> str:
 
 
 def reevaluation_markdown(result: Reevaluation) -> str:
-    """The weekly report: the champion's gates on fresh tasks, then the evaluation's tables."""
+    """The weekly report: the pool the champion was measured on (fresh sandbox tasks, or a replay
+    of the held-out tasks of the newest trace files), its gates, then the evaluation's tables."""
     lines = ["# OrchRM weekly re-evaluation", "", result.message, ""]
+    if result.evaluation is not None and result.evaluation.pool_line:
+        lines += [f"Pool: {result.evaluation.pool_line.removeprefix('pool: ')}.", ""]
     if result.verdict is not None:
         lines += [*_gate_table(result.verdict), ""]
     if result.evaluation is not None:

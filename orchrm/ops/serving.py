@@ -6,8 +6,9 @@
 - :class:`TestTimeScalableOrchestrator`: best-of-N at test time. Sample N candidate plans, score
   each *before* any agent runs, execute only the best one.
 - :class:`RewardGuidedOrchestrator`: build the plan one step at a time, scoring each candidate next
-  agent call R(s, a) with the node-level prompt the intermediate pairs trained (question plus the
-  plan prefix so far; the agent's line and its output), and executing as it goes.
+  agent call R(s, a) with the texts of the intermediate pairs the model trained on, in the format
+  its manifest records (``node``: question plus the plan prefix so far, the agent's line and its
+  output; ``plan_prefix``: the question, the step and its ancestors as a plan), executing as it goes.
 
 Every prompt and action text comes from :mod:`orchrm.model.texts`, the module pair building
 writes the pair table with; scoring tokens are counted by :func:`orchrm.model.scoring.scoring_tokens`.
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchrm.errors import ModelFileError, RegistryError
 from orchrm.model.scoring import scoring_tokens
-from orchrm.model.texts import NodeInfo, node_action, node_prompt, plan_nodes, plan_prompt
+from orchrm.model.texts import NodeInfo, intermediate_format, plan_nodes, plan_prompt, step_texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchrm.execution.executor import MultiAgentExecutor
@@ -330,17 +331,25 @@ class RewardGuidedOrchestrator(_ScoredOrchestrator):
 
     ``num_candidates`` plans are sampled once; at each depth the candidate next steps are the
     distinct depth-``d`` nodes of the candidates that share the prefix chosen so far. Each one is
-    executed (its prefix up to depth ``d``) and scored R(s, a) with the texts of the node-level
-    intermediate pairs, built by the same functions (:mod:`orchrm.model.texts`): ``s`` =
+    executed (its prefix up to depth ``d``) and scored R(s, a) with the texts of the intermediate
+    pairs the model trained on, built by the same function (:func:`orchrm.model.texts.step_texts`)
+    in the format its manifest records (``intermediate_format``): ``node``: ``s`` =
     :func:`~orchrm.model.texts.node_prompt` (question, newline, the rendered ancestor nodes and
     edges; the question alone at depth 0), ``a`` = :func:`~orchrm.model.texts.node_action` (the
-    node's ``<agent .../>`` line, newline, its output). A step of several parallel nodes scores their mean. The best step is
-    kept and the others dropped, until the plan is complete. Every execution counts in
-    ``execution_tokens``.
+    node's ``<agent .../>`` line, newline, its output); ``plan_prefix``: ``s`` = the question,
+    ``a`` = the node and its ancestors as a plan of their own. A model whose manifest records no
+    format (saved before it was recorded) is read as ``node``, and a log line says so. A step of
+    several parallel nodes scores their mean. The best step is kept and the others dropped, until
+    the plan is complete. Every execution counts in ``execution_tokens``.
     """
 
     #: the last :meth:`execute`'s steps, in order (each instance sets its own)
     steps: tuple[GuidedStep, ...] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: the texts each step is scored with: ``node`` or ``plan_prefix``, from the model's manifest
+        self.intermediate_format = intermediate_format(getattr(self.reward_model, "manifest", {}) or {}, what="the reward model")
 
     def execute(self, task: Task | str) -> OrchestrationResult:
         executor = self._executor()
@@ -366,8 +375,7 @@ class RewardGuidedOrchestrator(_ScoredOrchestrator):
                 execution += run.tokens
                 content = {r["node_id"]: r["content"] for r in run.rows}
                 infos = [n for n in nodes[plan.plan_id] if n.depth == depth]
-                prompts = [node_prompt(task.question, n.prefix) for n in infos]
-                actions = [node_action(n.line, str(content.get(n.node_id, ""))) for n in infos]
+                prompts, actions = step_texts(self.intermediate_format, task.question, infos, content)
                 rewards = self.reward_model.score(prompts, actions)
                 scoring += scoring_tokens(self.reward_model, prompts, actions).total
                 options.append((key, float(rewards.mean()), plan, run))

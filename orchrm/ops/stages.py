@@ -349,6 +349,27 @@ class _FileQualityError(DataQualityError):
         self.report = report
 
 
+def read_traces(files: tuple[Path, ...], *, out_dir: str | os.PathLike) -> tuple[Artifacts, tuple[tuple[Path, str], ...]]:
+    """The trace ``files`` as one artifact table at ``out_dir/artifacts.parquet``, read only: each
+    file ingested and checked by the artifact suite alone, as :func:`ingest_stage` checks a new
+    one, but a file that fails is skipped, never moved (the weekly re-evaluation reads the user's
+    folder and must leave it as it was). Returns the table and each skipped file with its reason."""
+    from orchrm.data.tables import write_table
+
+    frames, sources, skipped = [], [], []
+    for path in files:
+        try:
+            frames.append(_ingest_file(path, check=True, out_dir=Path(out_dir)))
+            sources.append(path)
+        except (TraceSchemaError, DataQualityError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
+            skipped.append((path, f"{type(exc).__name__}: {first}"))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    path = write_table(df, Path(out_dir) / "artifacts.parquet")
+    artifacts = Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()) if len(df) else 0, origin="ingest", sources=tuple(sources))
+    return artifacts, tuple(skipped)
+
+
 def reject_file(path: Path, error: Exception, *, folder: Path, digest: str | None = None) -> Rejected:
     """Move ``path`` to :func:`rejected_dir` ``(folder)`` (a name already there gets a numbered
     suffix) and write ``<name>.rejected.json`` beside it: the error's type and text, and each

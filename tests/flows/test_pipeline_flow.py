@@ -138,6 +138,7 @@ def test_the_weekly_reevaluation_checks_the_champion_on_fresh_tasks(store):
     result = weekly(str(path), seed=7)
     assert result.champion_version == registry.champion_version(cfg)
     assert result.pool.seed == 7
+    assert result.pool.kind == "sandbox" and "fresh held-out tasks (seed 7)" in result.message  # a sandbox champion
     assert "pairwise_accuracy" in result.evaluation.metrics or "best_of_1.reward_model" in result.evaluation.metrics
     assert result.verdict is not None
     assert _artifacts("orchrm-weekly-report")
