@@ -194,16 +194,16 @@ def test_deploy_all_puts_both_schedules_active_on_their_deployments(nights):
     """``prefect deploy --all`` of prefect.yaml: the nightly's and the weekly's cron schedules are
     on their deployments, active, as the REST API shows them."""
     expected = {"orchrm-nightly/nightly-retrain": "0 2 * * *", "orchrm-weekly-reevaluation/weekly-reevaluation": "0 4 * * 0"}
+    scheduled = {name: deployment(nights, name) for name in expected}
     for name, cron in expected.items():
-        schedules = deployment(nights, name)["schedules"]
+        schedules = scheduled[name]["schedules"]
         assert [(s["schedule"].get("cron"), s["schedule"].get("timezone"), s["active"]) for s in schedules] == [(cron, "UTC", True)], schedules
     assert deployment(nights, "orchrm-pipeline/on-demand")["schedules"] == []
-    # the scheduled runs carry prefect.yaml's own parameters (a folder under the repository): paused
-    # now that they are checked, so that none falls due while the worker serves this module
-    for name in expected:
-        for s in deployment(nights, name)["schedules"]:
-            d_id = deployment(nights, name)["id"]
-            paused = httpx.patch(f"{nights.api}/deployments/{d_id}/schedules/{s['id']}", json={"active": False}, timeout=10)
+    # their runs would carry prefect.yaml's own parameters (a folder under the repository): paused
+    # once checked, so that none falls due while this module's worker polls the pool
+    for d in scheduled.values():
+        for s in d["schedules"]:
+            paused = httpx.patch(f"{nights.api}/deployments/{d['id']}/schedules/{s['id']}", json={"active": False}, timeout=10)
             assert paused.status_code == 204, paused.text
 
 
@@ -290,11 +290,11 @@ def test_two_overlapping_runs_leave_one_champion_and_one_version_per_run(nights)
     store and folder: each registers exactly one version, and ``champion`` / ``previous`` end on
     those two versions, one each."""
     from orchrm.ops import tracking
-    from orchrm.ops.pipeline import run_pipeline
+    from orchrm.ops.pipeline import PipelineResult, run_pipeline
 
     write_desk(nights.traces, "night-4.parquet", LATER_TICKETS, 23)
     before = versions(nights)
-    results: dict[str, object] = {}
+    results: dict[str, PipelineResult | Exception] = {}
 
     def run(name: str) -> None:
         try:
@@ -320,8 +320,9 @@ def test_two_overlapping_runs_leave_one_champion_and_one_version_per_run(nights)
         ran.add(r.registered.version)
     assert versions(nights) == [*before, *sorted(ran)] and len(ran) == 2
     champion, previous = aliases(nights)
-    # the promotion lock serialises the two promotions, so the one promoted second replaces the
-    # first (previous); without it both may read the same old champion as the one they replace
+    # needs the two promotions serialised (the promotion lock): the one promoted second then replaces
+    # the first, which holds previous; unserialised, both may read the same old champion as the one
+    # they replace (previous then points at it), or one's read-back of its alias sees the other's
     assert {champion, previous} == ran, (champion, previous, ran)
 
 
