@@ -3,8 +3,9 @@ says what happened; :func:`reevaluate_champion` is the weekly re-evaluation; the
 are what a person reads of either.
 
 ``orchrm pipeline``, ``orchrm demo`` and the Prefect flows in ``flows/`` all call :func:`run_pipeline`;
-the flows pass the same stage functions wrapped as Prefect tasks (:class:`Stages`), so retries,
-caching and the task runner are Prefect's while the order stays here.
+the flows pass the same stage functions wrapped as Prefect tasks (:class:`Stages`), so caching
+and the task runner are Prefect's while the order stays here (tracking and registry calls retry
+themselves, :func:`orchrm.ops.tracking.with_server_retries`).
 
 MLflow: one parent run per pipeline run, one nested run per stage, every run id passed explicitly
 (MLflow's active run is per thread).
@@ -164,7 +165,7 @@ def _call(stage: Callable, *args, **kwargs):
 @dataclass(frozen=True)
 class Stages:
     """The stage functions :func:`run_pipeline` calls. The defaults run here and now; the flows
-    pass the same functions wrapped as Prefect tasks (retries, caching, a task runner)."""
+    pass the same functions wrapped as Prefect tasks (caching, a task runner)."""
 
     find_new_traces: Callable[..., NewTraces] = find_new_traces
     ingest: Callable[..., Artifacts] = ingest_stage
@@ -178,7 +179,7 @@ class Stages:
     gate: Callable[..., Verdict] = gate_stage
     register: Callable[..., Registered] = register_stage
     promote: Callable[..., int] = promote_stage
-    record_ingested: Callable[..., Path] = record_ingested
+    record_ingested: Callable[..., tuple[str, ...]] = record_ingested
 
 
 class _Clock:
@@ -340,7 +341,8 @@ def _accepted(new: NewTraces, ingested: Artifacts) -> NewTraces:
 
 def _start(config: PipelineConfig, *, stages: Stages, say: Say, out: Path, progress: bool, clock: _Clock | None = None) -> _Run:
     """Create the store and the experiment (before any stage or subprocess touches them) and the
-    run's MLflow parent run, tagged with its folder and the code version."""
+    run's MLflow parent run, tagged with its folder and the code version (and, inside a Prefect
+    flow run, its id: :func:`orchrm.ops.tracking.start_run`)."""
     from orchrm.ops import tracking
 
     version = source_hash()
