@@ -3,7 +3,6 @@
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flows import transient
 from orchrm.ops import stages
 
-build_pairs = task(stages.pairs_stage, name="build-pairs", cache_policy=NO_CACHE, retries=2, retry_condition_fn=transient)
+build_pairs = task(stages.pairs_stage, name="build-pairs", cache_policy=NO_CACHE)

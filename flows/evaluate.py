@@ -3,9 +3,8 @@
 from prefect import task
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 
-from flows import transient
 from orchrm.ops import stages
 
 build_pool = task(stages.pool_stage, name="build-pool", cache_policy=INPUTS + TASK_SOURCE, persist_result=True, result_serializer="json")
-evaluate = task(stages.evaluate_stage, name="evaluate", cache_policy=NO_CACHE, retries=2, retry_condition_fn=transient)
+evaluate = task(stages.evaluate_stage, name="evaluate", cache_policy=NO_CACHE)
 gate = task(stages.gate_stage, name="gate", cache_policy=NO_CACHE)

@@ -24,9 +24,10 @@ from prefect.states import Completed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import build_pairs, collect, evaluate, promote, train, validate
-from orchrm.config import PipelineConfig, load_config
+from orchrm.config import PipelineConfig, config_from_dict, load_config
 from orchrm.ops import pipeline
 from orchrm.ops.stages import stop_training
+from orchrm.ops.tracking import end_runs_of_flow_run
 
 DEFAULT_CONFIG = "configs/default.yaml"
 #: timeout of the deployed flows (pipeline, nightly, weekly): a day, so that a run that hangs never
@@ -38,23 +39,25 @@ OTHER_STAGES_S = 3 * 3600
 
 
 def stages(config: PipelineConfig) -> pipeline.Stages:
-    """The stage tasks with the config's retries, the cached ones persisting under the data dir."""
+    """The stage tasks, the cached ones persisting under the data dir. Only ``find-new-traces``
+    retries (``pipeline.retries`` times, ``pipeline.retry_delay_s`` apart, when the traces folder
+    cannot be read); every other stage's I/O retries itself, inside, once (see :mod:`flows`)."""
     results = config.data_path("prefect-results").expanduser().resolve()
-    io = {"retries": config.pipeline.retries, "retry_delay_seconds": config.pipeline.retry_delay_s}
+    folder_reads = {"retries": config.pipeline.retries, "retry_delay_seconds": config.pipeline.retry_delay_s}
     return pipeline.Stages(
-        find_new_traces=collect.find_new_traces.with_options(**io),
-        ingest=collect.ingest.with_options(**io),
+        find_new_traces=collect.find_new_traces.with_options(**folder_reads),
+        ingest=collect.ingest,
         collect=collect.collect.with_options(result_storage=results),
-        validate_artifacts=validate.validate_artifacts.with_options(**io),
-        build_pairs=build_pairs.build_pairs.with_options(**io),
-        validate_pairs=validate.validate_pairs.with_options(**io),
+        validate_artifacts=validate.validate_artifacts,
+        build_pairs=build_pairs.build_pairs,
+        validate_pairs=validate.validate_pairs,
         build_pool=evaluate.build_pool.with_options(result_storage=results),
         train=train.train,
-        evaluate=evaluate.evaluate.with_options(**io),
+        evaluate=evaluate.evaluate,
         gate=evaluate.gate,
-        register=promote.register.with_options(**io),
-        promote=promote.promote.with_options(**io),
-        record_ingested=collect.record_ingested.with_options(**io),
+        register=promote.register,
+        promote=promote.promote,
+        record_ingested=collect.record_ingested,
     )
 
 
@@ -87,7 +90,36 @@ def stop_trainers(flow, flow_run, state) -> None:
         flow_run_logger(flow_run, flow).warning(f"{state.name}: stopped the training process(es) {', '.join(map(str, stopped))}")
 
 
-STOP_TRAINERS = {"on_cancellation": [stop_trainers], "on_crashed": [stop_trainers], "on_failure": [stop_trainers]}
+def end_mlflow_runs(flow, flow_run, state) -> None:
+    """Flow hook on cancellation, crash and failure: end every MLflow run still ``RUNNING`` that was
+    started in this flow run (tagged with its id, :func:`orchrm.ops.tracking.end_runs_of_flow_run`),
+    ``KILLED`` when the run was cancelled, else ``FAILED``, so that a process stopped by its worker
+    leaves no run that looks alive. The store is the one of the flow run's ``config`` parameter (a
+    path or the config itself); a flow run without one has no runs to end."""
+    config = _config_parameter(flow_run.parameters or {})
+    if config is None:
+        return
+    status = "KILLED" if state.is_cancelled() or state.is_cancelling() else "FAILED"
+    ended = end_runs_of_flow_run(config, str(flow_run.id), status=status)
+    if ended:
+        flow_run_logger(flow_run, flow).warning(f"{state.name}: marked the MLflow run(s) {', '.join(ended)} {status}")
+
+
+def _config_parameter(parameters: dict) -> PipelineConfig | None:
+    value = parameters.get("config")
+    if isinstance(value, PipelineConfig):
+        return value
+    if isinstance(value, dict):
+        return config_from_dict(value)
+    return load_config(value) if isinstance(value, str) else None
+
+
+#: the hooks of every flow that starts MLflow runs or training: nothing outlives a stopped flow run
+STOP_TRAINERS = {
+    "on_cancellation": [stop_trainers, end_mlflow_runs],
+    "on_crashed": [stop_trainers, end_mlflow_runs],
+    "on_failure": [stop_trainers, end_mlflow_runs],
+}
 
 
 @flow(name="orchrm-stages", result_serializer="json", **STOP_TRAINERS)
@@ -139,7 +171,7 @@ def nightly(config: str = DEFAULT_CONFIG, traces_dir: str | None = None) -> Stat
     return completed(orchrm_pipeline(config, traces_dir=pipeline.nightly_traces_dir(load_config(config), traces_dir)))
 
 
-@flow(name="orchrm-weekly-reevaluation", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json")
+@flow(name="orchrm-weekly-reevaluation", timeout_seconds=FLOW_TIMEOUT_S, result_serializer="json", **STOP_TRAINERS)
 def weekly(config: str = DEFAULT_CONFIG, seed: int | None = None, traces_dir: str | None = None) -> State:
     """The champion on held-out tasks it never saw, gates checked: fresh sandbox tasks (``seed``,
     default one per ISO week), or for a champion gated on a replay of your traces the held-out

@@ -3,8 +3,7 @@
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flows import transient
 from orchrm.ops import stages
 
-validate_artifacts = task(stages.validate_artifacts_stage, name="validate-artifacts", cache_policy=NO_CACHE, retries=2, retry_condition_fn=transient)
-validate_pairs = task(stages.validate_pairs_stage, name="validate-pairs", cache_policy=NO_CACHE, retries=2, retry_condition_fn=transient)
+validate_artifacts = task(stages.validate_artifacts_stage, name="validate-artifacts", cache_policy=NO_CACHE)
+validate_pairs = task(stages.validate_pairs_stage, name="validate-pairs", cache_policy=NO_CACHE)

@@ -325,7 +325,8 @@ class RunConfig(FrozenConfig):
     task_runner: Literal["threads", "dask"] = "threads"
     max_workers: int = Field(4, ge=1)
     dask_address: str | None = None
-    #: retries of the stages that talk to the tracking server or storage
+    #: retries of the flows' find-new-traces task when the traces folder cannot be read (tracking and
+    #: registry calls retry themselves, a bounded number of times, and no other stage is retried)
     retries: int = Field(2, ge=0)
     retry_delay_s: float = Field(10.0, ge=0)
 

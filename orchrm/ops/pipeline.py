@@ -3,8 +3,9 @@ says what happened; :func:`reevaluate_champion` is the weekly re-evaluation; the
 are what a person reads of either.
 
 ``orchrm pipeline``, ``orchrm demo`` and the Prefect flows in ``flows/`` all call :func:`run_pipeline`;
-the flows pass the same stage functions wrapped as Prefect tasks (:class:`Stages`), so retries,
-caching and the task runner are Prefect's while the order stays here.
+the flows pass the same stage functions wrapped as Prefect tasks (:class:`Stages`), so caching
+and the task runner are Prefect's while the order stays here (tracking and registry calls retry
+themselves, :func:`orchrm.ops.tracking.with_server_retries`).
 
 MLflow: one parent run per pipeline run, one nested run per stage, every run id passed explicitly
 (MLflow's active run is per thread).
@@ -164,7 +165,7 @@ def _call(stage: Callable, *args, **kwargs):
 @dataclass(frozen=True)
 class Stages:
     """The stage functions :func:`run_pipeline` calls. The defaults run here and now; the flows
-    pass the same functions wrapped as Prefect tasks (retries, caching, a task runner)."""
+    pass the same functions wrapped as Prefect tasks (caching, a task runner)."""
 
     find_new_traces: Callable[..., NewTraces] = find_new_traces
     ingest: Callable[..., Artifacts] = ingest_stage
@@ -178,7 +179,7 @@ class Stages:
     gate: Callable[..., Verdict] = gate_stage
     register: Callable[..., Registered] = register_stage
     promote: Callable[..., int] = promote_stage
-    record_ingested: Callable[..., Path] = record_ingested
+    record_ingested: Callable[..., tuple[str, ...]] = record_ingested
 
 
 class _Clock:
@@ -235,12 +236,18 @@ def run_pipeline(
     ``no-new-traces``. A trace file that fails ingest or, when
     new, the artifact suite alone is moved to ``rejected/`` beside the folder (with a report) and
     the run goes on with the rest; when no new file is left it ends early with status
-    ``nothing-valid`` and the reasons. A rejected file is not recorded as ingested. A data-quality
+    ``nothing-valid`` and the reasons. The files a run trained on are recorded in the tracking
+    store (:mod:`orchrm.ops.ledger`) as soon as its version is registered; a rejected file is
+    not recorded. A data-quality
     failure of the table the files make together raises
     :class:`DataQualityError`, a failed training :class:`TrainingError` (nothing registered); a
     candidate that fails a gate is registered with verdict ``rejected`` and ``champion`` stays.
     Tables, validation results, the model and the evaluation report land in ``run_dir``
     (default: a new ``<data_dir>/runs/<UTC time>-pipeline``).
+
+    The MLflow parent run ends ``FINISHED``, or ``FAILED`` when anything after its start raises,
+    the summary logging included (``KILLED`` when the process is interrupted or cancelled): it
+    never stays ``RUNNING``.
     """
     from orchrm.ops import tracking
 
@@ -254,8 +261,7 @@ def run_pipeline(
     ingested: Artifacts | None = None
     clock = _Clock(say)
     if traces_dir is not None:
-        window = {"window_days": config.pipeline.window_days, "max_files": config.pipeline.max_files}
-        new = _call(stages.find_new_traces, str(traces_dir), data_dir=config.data_dir, **window)
+        new = _call(stages.find_new_traces, str(traces_dir), config=config)
         if not new.new:
             return _nothing_new(config, new, out=out, say=say)
         ingested = _ingest_step(stages, clock, new, out=out)
@@ -271,13 +277,11 @@ def run_pipeline(
         model = _train_step(run, pairs)
         evaluation = _evaluate_step(run, model, pairs, artifacts)
         verdict = _gate_step(run, evaluation)
-        registered, champion = _register_step(run, model, evaluation, verdict, pairs)
-        if new is not None:
-            _call(stages.record_ingested, new, data_dir=config.data_dir, run_id=run.parent)
-    except BaseException:
-        tracking.end_run(config, run.parent, status="FAILED")
+        registered, champion = _register_step(run, model, evaluation, verdict, pairs, new)
+        _summary_step(run, verdict=verdict, registered=registered, champion=champion)
+    except BaseException as exc:
+        _end_stopped(run, exc)
         raise
-    _log_summary(config, run.parent, verdict=verdict, registered=registered, champion=champion, seconds=run.clock.seconds)
     tracking.end_run(config, run.parent)
     return PipelineResult(
         status=verdict.label,
@@ -337,7 +341,8 @@ def _accepted(new: NewTraces, ingested: Artifacts) -> NewTraces:
 
 def _start(config: PipelineConfig, *, stages: Stages, say: Say, out: Path, progress: bool, clock: _Clock | None = None) -> _Run:
     """Create the store and the experiment (before any stage or subprocess touches them) and the
-    run's MLflow parent run, tagged with its folder and the code version."""
+    run's MLflow parent run, tagged with its folder and the code version (and, inside a Prefect
+    flow run, its id: :func:`orchrm.ops.tracking.start_run`)."""
     from orchrm.ops import tracking
 
     version = source_hash()
@@ -431,20 +436,62 @@ def _gate_step(run: _Run, evaluation: Evaluation) -> Verdict:
     return verdict
 
 
-def _register_step(run: _Run, model: TrainedModel, evaluation: Evaluation, verdict: Verdict, pairs: Pairs) -> tuple[Registered, int | None]:
+def _register_step(run: _Run, model: TrainedModel, evaluation: Evaluation, verdict: Verdict, pairs: Pairs,
+                   new: NewTraces | None) -> tuple[Registered, int | None]:
     """Step 8: register the candidate (alias ``challenger`` when it passed every absolute gate),
-    promote it when every gate passed;
-    returns the registered version and the champion's version after it."""
+    record the trace files it trained on (``new``, on an ingest run), then promote it when every
+    gate passed; returns the registered version and the champion's version after it.
+
+    The files are recorded before promotion, so a promotion that fails, or logging that fails
+    after it, still leaves them recorded: the next night does not train on them again (it would
+    only register the same model a second time) and waits for new files. The registered version
+    keeps its verdict; promote it by hand with ``orchrm promote --version N`` once the cause is
+    fixed (the error says so)."""
     from orchrm.ops import registry
 
     config = run.config
     with run.clock.stage("register", "8/8 register (challenger when every absolute gate passed) and promote (champion, only when every gate passed)"):
         registered = _call(run.stages.register, model, evaluation, verdict, pairs, config=config)
+        if new is not None:
+            _call(run.stages.record_ingested, new, config=config, run_id=run.parent)
+            run.say(f"recorded {len(new.digests)} trace file(s) as trained on, in MLflow run {run.parent}")
         if verdict.passed:
-            _call(run.stages.promote, registered, config=config)
+            try:
+                _call(run.stages.promote, registered, config=config)
+            except Exception as exc:
+                _note(run, exc, _not_promoted(config, registered, recorded=new is not None))
+                raise
         champion = registry.champion_version(config)
         run.say(f"version {registered.version}: {verdict.label}; champion is version {champion}")
     return registered, champion
+
+
+def _not_promoted(config: PipelineConfig, registered: Registered, *, recorded: bool) -> str:
+    """What a failed promotion leaves behind, and the command that finishes it."""
+    files = "; the trace files it trained on are recorded, so the next night will not train on them again" if recorded else ""
+    return (
+        f"version {registered.version} of {config.registry.model_name} passed every gate and is registered but was not "
+        f"promoted{files}. Once the cause above is fixed, promote it with `orchrm promote --version {registered.version}`"
+    )
+
+
+def _note(run: _Run, exc: BaseException, note: str) -> None:
+    """Say ``note`` and add it to ``exc`` (the traceback and :func:`failure_markdown` show it)."""
+    run.say(note)
+    exc.add_note(note)
+
+
+def _end_stopped(run: _Run, exc: BaseException) -> None:
+    """End the parent run of a run that raised ``exc``: ``FAILED``, or ``KILLED`` when it was
+    interrupted or cancelled (an exception that is not an :class:`Exception`). When even that
+    fails (the tracking server is gone), ``exc`` says so and stays the error raised."""
+    from orchrm.ops import tracking
+
+    status = "FAILED" if isinstance(exc, Exception) else "KILLED"
+    try:
+        tracking.end_run(run.config, run.parent, status=status)
+    except Exception as end_exc:  # the run's own error is the one to raise
+        _note(run, exc, f"the MLflow parent run {run.parent} could not be marked {status} ({end_exc}); it may show RUNNING")
 
 
 def _verdict_message(config: PipelineConfig, verdict: Verdict, *, registered: Registered, champion: int | None) -> str:
@@ -455,13 +502,28 @@ def _verdict_message(config: PipelineConfig, verdict: Verdict, *, registered: Re
     return f"version {registered.version} was rejected ({', '.join(g.name for g in verdict.failed())}); {kept}"
 
 
+def _summary_step(run: _Run, *, verdict: Verdict, registered: Registered, champion: int | None) -> None:
+    """The outcome on the parent run (:func:`_log_summary`); when that fails, the error says
+    that the version is registered all the same."""
+    try:
+        _log_summary(run.config, run.parent, verdict=verdict, registered=registered, champion=champion, seconds=run.clock.seconds)
+    except Exception as exc:
+        _note(run, exc, f"version {registered.version} is registered all the same (verdict {verdict.label}; champion is "
+                        f"version {champion}); only the summary of MLflow run {run.parent} is missing")
+        raise
+
+
 def _log_summary(config: PipelineConfig, run_id: str, *, verdict: Verdict, registered: Registered, champion: int | None, seconds: Mapping[str, float]) -> None:
-    client = _client(config)
-    client.set_tag(run_id, "verdict", verdict.label)
-    client.set_tag(run_id, "model_version", str(registered.version))
-    client.set_tag(run_id, "champion_version", str(champion))
-    for name, value in seconds.items():
-        client.log_metric(run_id, f"seconds.{name}", float(value))
+    """The outcome on the parent run: tags ``verdict``, ``model_version``, ``champion_version``
+    and a ``seconds.<stage>`` metric per stage (after registration: its failure fails the run,
+    the version and the ledger stay)."""
+    from mlflow.entities import RunTag
+
+    from orchrm.ops import tracking
+
+    tags = [RunTag("verdict", verdict.label), RunTag("model_version", str(registered.version)), RunTag("champion_version", str(champion))]
+    metrics = tracking.as_metrics({f"seconds.{name}": float(value) for name, value in seconds.items()})
+    tracking.log_batch(tracking.tracking_uri(config), run_id, tags=tags, metrics=metrics, what=f"logging the summary of run {run_id}")
 
 
 def reevaluate_champion(
@@ -689,10 +751,14 @@ def report_markdown(result: PipelineResult) -> str:
 
 def failure_markdown(exc: BaseException) -> str:
     """The report of a run that stopped: which stage's error, and its message (a data-quality
-    failure lists every failed expectation with example rows)."""
+    failure lists every failed expectation with example rows), then the notes the pipeline added
+    to it (a version registered but not promoted, and how to promote it)."""
     verdicts = {DataQualityError: "bad data: nothing was trained or registered", TrainingError: "training failed: nothing was registered"}
-    what = next((v for k, v in verdicts.items() if isinstance(exc, k)), "the run stopped: nothing was registered")
-    return "\n".join([f"# OrchRM pipeline: failed ({type(exc).__name__})", "", what, "", "```", str(exc), "```"])
+    notes = list(getattr(exc, "__notes__", ()))
+    what = next((v for k, v in verdicts.items() if isinstance(exc, k)), None)
+    what = what or ("the run stopped after registering a version (below)" if notes else "the run stopped: nothing was registered")
+    lines = [f"# OrchRM pipeline: failed ({type(exc).__name__})", "", what, "", "```", str(exc), "```"]
+    return "\n".join(lines + [line for note in notes for line in ("", note)])
 
 
 def reevaluation_markdown(result: Reevaluation) -> str:

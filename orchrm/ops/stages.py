@@ -207,30 +207,17 @@ def _stage_run(config: PipelineConfig, name: str, parent_run_id: str | None):
     return tracking.run(config, name, parent_run_id=parent_run_id)
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether a stage's failure may pass on a retry (the tracking server or storage), as
-    opposed to a verdict about the data or the model, which a retry only repeats."""
-    if isinstance(exc, DataQualityError | TrainingError | ConfigError):
-        return False
-    return isinstance(exc, RegistryError | OSError | ConnectionError | TimeoutError)
-
-
 # --------------------------------------------------------------------------------------------
 # stages
 
 
-def find_new_traces(
-    traces_dir: str | os.PathLike,
-    *,
-    data_dir: str | os.PathLike,
-    window_days: float | None = None,
-    max_files: int | None = None,
-    now: datetime | None = None,
-) -> NewTraces:
+def find_new_traces(traces_dir: str | os.PathLike, *, config: PipelineConfig, now: datetime | None = None) -> NewTraces:
     """The trace files (``*.jsonl``, ``*.parquet``) in ``traces_dir`` inside the retention window
-    and which of them are new: not in the ledger of files earlier runs trained on
-    (``<data_dir>/ingest/ingested.json``, by content hash, so a renamed file is not new and an
-    edited one is).
+    and which of them are new: no earlier run trained on them and registered a version. That
+    record is :mod:`orchrm.ops.ledger`: tags of the pipeline's MLflow parent runs, in the
+    tracking store every worker shares. Files are matched by content hash, so a renamed file is
+    not new and an edited one is. A local ``<data_dir>/ingest/ingested.json`` left by an earlier
+    version still counts as seen (:func:`orchrm.ops.ledger.seen_digests`).
 
     The window (``pipeline.window_days`` / ``pipeline.max_files``, :func:`in_window`) keeps the
     files modified in the last ``window_days`` days before ``now`` (default: the current time),
@@ -239,6 +226,8 @@ def find_new_traces(
     Files still being written are never read: dot-files, ``*.tmp`` and any other suffix are
     skipped, so a system that writes ``.name.jsonl`` or ``name.jsonl.tmp`` and then renames it to
     ``name.jsonl`` is picked up only once the file is whole."""
+    from orchrm.ops import ledger
+
     folder = Path(traces_dir).expanduser()
     if not folder.is_dir():
         raise ConfigError(
@@ -246,9 +235,9 @@ def find_new_traces(
             "there (JSONL or Parquet in the artifact schema), or set pipeline.traces_dir to another folder"
         )
     every = [p for p in folder.iterdir() if is_trace_file(p)]
-    files = in_window(every, window_days=window_days, max_files=max_files, now=now)
+    files = in_window(every, window_days=config.pipeline.window_days, max_files=config.pipeline.max_files, now=now)
     digests = {str(p): file_digest(p) for p in files}
-    seen = _ledger(Path(data_dir))
+    seen = ledger.seen_digests(config)
     new = tuple(p for p in files if digests[str(p)] not in seen)
     outside = tuple(sorted(set(every) - set(files)))
     return NewTraces(folder=folder, files=files, new=new, digests=digests, outside=outside)
@@ -282,22 +271,13 @@ def rejected_dir(folder: Path) -> Path:
     return folder.parent / "rejected"
 
 
-def _ledger_path(data_dir: Path) -> Path:
-    return data_dir / "ingest" / "ingested.json"
+def record_ingested(traces: NewTraces, *, config: PipelineConfig, run_id: str) -> tuple[str, ...]:
+    """Record the files of ``traces`` (those the run trained on) as trained on by the pipeline's
+    parent run ``run_id``, in the tracking store (:func:`orchrm.ops.ledger.record`); returns
+    their digests. The pipeline calls it once the version is registered, before promotion."""
+    from orchrm.ops import ledger
 
-
-def _ledger(data_dir: Path) -> dict[str, Any]:
-    path = _ledger_path(data_dir)
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def record_ingested(traces: NewTraces, *, data_dir: str | os.PathLike, run_id: str | None) -> Path:
-    """Add the folder's files to the ledger once a run has trained on them."""
-    seen = _ledger(Path(data_dir))
-    now = datetime.now(UTC).isoformat()
-    for name, digest in traces.digests.items():
-        seen.setdefault(digest, {"file": name, "ingested_at": now, "run_id": run_id})
-    return _write_json(_ledger_path(Path(data_dir)), seen)
+    return ledger.record(config, run_id, traces)
 
 
 def ingest_stage(traces: NewTraces, *, out_dir: str | os.PathLike) -> Artifacts:

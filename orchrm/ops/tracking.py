@@ -18,6 +18,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -199,11 +200,12 @@ def start_run(
     tags: Mapping[str, str] | None = None,
 ) -> str:
     """Create a run (nested under ``parent_run_id`` when given) in the configured experiment and
-    return its id. The run is not made active in any thread: pass the id to every logging call."""
+    return its id. The run is not made active in any thread: pass the id to every logging call.
+    Inside a Prefect flow run it is tagged with the flow run's id (:func:`prefect_flow_run_tag`)."""
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
     experiment_id = configure(config)
-    all_tags = {"orchrm.stage": name, "orchrm.git_commit": git_commit(), **(tags or {})}
+    all_tags = {"orchrm.stage": name, "orchrm.git_commit": git_commit(), **prefect_flow_run_tag(), **(tags or {})}
     if parent_run_id:
         all_tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
     uri = tracking_uri(config)
@@ -215,6 +217,45 @@ def end_run(config: PipelineConfig, run_id: str, *, status: str = "FINISHED") ->
     """Mark ``run_id`` as ``FINISHED`` (or ``FAILED`` / ``KILLED``)."""
     uri = tracking_uri(config)
     with_server_retries(uri, lambda: client(uri).set_terminated(run_id, status=status), f"ending run {run_id}")
+
+
+#: run tag: the Prefect flow run a run was started in (:func:`end_runs_of_flow_run` ends them)
+FLOW_RUN_TAG = "orchrm.prefect.flow_run_id"
+
+
+def prefect_flow_run_tag() -> dict[str, str]:
+    """``{FLOW_RUN_TAG: <id>}`` while this code runs inside a Prefect flow run (in the flow or in
+    one of its tasks), else ``{}``. Prefect is never imported here: a process that has not
+    imported it runs no flow, and the core does not depend on it."""
+    if "prefect" not in sys.modules:
+        return {}
+    from prefect.runtime import flow_run
+
+    flow_run_id = flow_run.id
+    return {FLOW_RUN_TAG: str(flow_run_id)} if flow_run_id else {}
+
+
+def end_runs_of_flow_run(config: PipelineConfig, flow_run_id: str, *, status: str = "FAILED") -> tuple[str, ...]:
+    """End every run of the experiment still ``RUNNING`` that was started in the Prefect flow run
+    ``flow_run_id`` (tag :data:`FLOW_RUN_TAG`) with ``status`` (``FAILED`` / ``KILLED``); returns
+    their ids. The flows call it when a flow run fails, crashes or is cancelled, so that a killed
+    process leaves no run that looks alive in the MLflow UI."""
+    uri = tracking_uri(config)
+    experiment_id = configure(config)
+    c = client(uri)
+    query = f"tags.`{FLOW_RUN_TAG}` = '{flow_run_id}' and attributes.status = 'RUNNING'"
+    ended: list[str] = []
+    token: str | None = None
+    while True:
+        page = with_server_retries(uri, lambda t=token: c.search_runs([experiment_id], filter_string=query, page_token=t),
+                                   f"finding the runs of flow run {flow_run_id}")
+        ended += [r.info.run_id for r in page]
+        token = page.token
+        if not token:
+            break
+    for run_id in ended:
+        end_run(config, run_id, status=status)
+    return tuple(ended)
 
 
 @contextmanager
@@ -284,12 +325,15 @@ def as_metrics(values: Mapping[str, float], *, step: int = 0, prefix: str = "") 
     return out
 
 
-def log_batch(uri: str, run_id: str, *, metrics: list | None = None, params: list | None = None, what: str) -> None:
-    """``log_batch`` in chunks MLflow accepts (at most 1000 metrics, 100 params a call)."""
+def log_batch(uri: str, run_id: str, *, metrics: list | None = None, params: list | None = None,
+              tags: list | None = None, what: str) -> None:
+    """``log_batch`` in chunks MLflow accepts (at most 1000 metrics, 100 params, 100 tags a call)."""
     c = client(uri)
-    metrics, params = metrics or [], params or []
+    metrics, params, tags = metrics or [], params or [], tags or []
     for lo in range(0, len(params), 100):
         with_server_retries(uri, lambda lo=lo: c.log_batch(run_id, params=params[lo : lo + 100]), what)
+    for lo in range(0, len(tags), 100):
+        with_server_retries(uri, lambda lo=lo: c.log_batch(run_id, tags=tags[lo : lo + 100]), what)
     for lo in range(0, len(metrics), 1000):
         with_server_retries(uri, lambda lo=lo: c.log_batch(run_id, metrics=metrics[lo : lo + 1000]), what)
 

@@ -65,3 +65,57 @@ def test_the_nightly_deployment_needs_a_traces_folder(tmp_path):
 
     with pytest.raises(ConfigError, match="set pipeline.traces_dir"):
         nightly(str(write_config(tmp_path)))
+
+
+def test_a_flow_run_that_fails_leaves_no_mlflow_run_running(tmp_path):
+    """A flow whose body starts a parent and a nested MLflow run and then raises (an injected
+    failure, as a stage killed mid-way) without ending them: the failure hook ends both, FAILED,
+    found by the flow run's id they are tagged with."""
+    from mlflow import MlflowClient
+    from prefect import flow
+
+    from flows.pipeline import STOP_TRAINERS
+    from orchrm.config import load_config
+    from orchrm.ops import tracking
+
+    path = write_config(tmp_path)
+    started: dict[str, str] = {}
+
+    @flow(**STOP_TRAINERS)
+    def starts_runs_then_fails(config: str):
+        cfg = load_config(config)
+        started["parent"] = tracking.start_run(cfg, "pipeline")
+        started["train"] = tracking.start_run(cfg, "train", parent_run_id=started["parent"])
+        raise RuntimeError("injected: the run stops here")
+
+    state = starts_runs_then_fails(str(path), return_state=True)
+    assert state.is_failed()
+    client = MlflowClient(tracking_uri=tracking.tracking_uri(load_config(path)))
+    for run_id in started.values():
+        run = client.get_run(run_id)
+        assert run.info.status == "FAILED"
+        assert run.data.tags[tracking.FLOW_RUN_TAG] == str(state.state_details.flow_run_id)
+
+
+def test_the_cancellation_hook_marks_the_flow_runs_mlflow_runs_killed(tmp_path):
+    """The hook as Prefect calls it on a cancelled ``orchrm-stages`` run, whose ``config`` parameter
+    is the config itself (stored as JSON): the run tagged with its id ends KILLED, another stays."""
+    from uuid import uuid4
+
+    from mlflow import MlflowClient
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.states import Cancelled
+
+    from flows.pipeline import STOP_TRAINERS
+    from orchrm.config import load_config
+    from orchrm.ops import tracking
+
+    cfg = load_config(write_config(tmp_path))
+    flow_run = FlowRun(id=uuid4(), flow_id=uuid4(), name="cancelled-run", parameters={"config": cfg.model_dump(mode="json")})
+    ours = tracking.start_run(cfg, "pipeline", tags={tracking.FLOW_RUN_TAG: str(flow_run.id)})
+    other = tracking.start_run(cfg, "pipeline", tags={tracking.FLOW_RUN_TAG: str(uuid4())})
+    for hook in STOP_TRAINERS["on_cancellation"]:
+        hook(None, flow_run, Cancelled())
+    client = MlflowClient(tracking_uri=tracking.tracking_uri(cfg))
+    assert client.get_run(ours).info.status == "KILLED"
+    assert client.get_run(other).info.status == "RUNNING"

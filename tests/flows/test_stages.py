@@ -13,24 +13,27 @@ from orchrm.ops import pipeline, stages
 
 
 def test_a_trace_file_is_new_until_a_run_has_trained_on_it(tmp_path):
-    folder, data = tmp_path / "incoming", tmp_path / "data"
+    from orchrm.ops import tracking
+
+    folder = tmp_path / "incoming"
     folder.mkdir()
+    config = config_from_dict({"data_dir": str(tmp_path / "data")})
     (folder / "monday.jsonl").write_text('{"a": 1}\n')
-    found = stages.find_new_traces(folder, data_dir=data)
+    found = stages.find_new_traces(folder, config=config)
     assert [p.name for p in found.new] == ["monday.jsonl"]
 
-    stages.record_ingested(found, data_dir=data, run_id="r1")
+    stages.record_ingested(found, config=config, run_id=tracking.start_run(config, "pipeline"))
     (folder / "monday.jsonl").rename(folder / "renamed.jsonl")  # same bytes: not new
     (folder / "tuesday.parquet").write_bytes(b"PAR1 new bytes")
     (folder / "notes.txt").write_text("not a trace file")
-    found = stages.find_new_traces(folder, data_dir=data)
+    found = stages.find_new_traces(folder, config=config)
     assert [p.name for p in found.files] == ["renamed.jsonl", "tuesday.parquet"]
     assert [p.name for p in found.new] == ["tuesday.parquet"]
 
 
 def test_a_missing_traces_folder_says_what_to_do(tmp_path):
     with pytest.raises(ConfigError, match="does not exist: create it"):
-        stages.find_new_traces(tmp_path / "nowhere", data_dir=tmp_path)
+        stages.find_new_traces(tmp_path / "nowhere", config=config_from_dict({"data_dir": str(tmp_path)}))
 
 
 def test_training_runs_orchrm_train_or_torchrun_in_a_subprocess(tmp_path):

@@ -94,3 +94,38 @@ def test_every_stage_result_and_flow_result_round_trips_through_prefects_json_se
     serializer = JSONSerializer()
     for value in values:
         assert serializer.loads(serializer.dumps(value)) == value, type(value).__name__
+
+
+def test_only_reading_the_traces_folder_is_retried_as_a_task():
+    """One retry layer: tracking and registry calls retry themselves, so no stage task that
+    makes them retries as a whole; find-new-traces retries ``pipeline.retries`` times."""
+    from flows.pipeline import stages
+
+    tasks = vars(stages(config_from_dict({"pipeline": {"retries": 3}})))
+    assert {name: t.retries for name, t in tasks.items() if t.retries} == {"find_new_traces": 3}
+
+
+def test_a_task_is_retried_when_the_folder_cannot_be_read_and_never_for_the_tracking_store():
+    from prefect import task
+
+    from flows import folder_unreadable
+    from orchrm.errors import RegistryError
+
+    attempts: list[str] = []
+
+    def flaky(error: Exception) -> str:
+        attempts.append(type(error).__name__)
+        if len(attempts) == 1:
+            raise error
+        return "read"
+
+    reading = task(flaky, retries=2, retry_delay_seconds=0, retry_condition_fn=folder_unreadable)
+
+    @flow
+    def night(error: Exception) -> str:
+        return reading(error)
+
+    assert night(OSError("the share dropped")) == "read" and attempts == ["OSError", "OSError"]
+    attempts.clear()
+    state = night(RegistryError("the tracking server stopped answering"), return_state=True)
+    assert state.is_failed() and attempts == ["RegistryError"]

@@ -18,7 +18,19 @@ from orchrm.data.ingest import ingest_traces
 from orchrm.data.tables import read_table, write_table
 from orchrm.errors import ConfigError
 from orchrm.execution.support_desk import make_traces
-from orchrm.ops import pipeline, stages
+from orchrm.ops import ledger, pipeline, stages
+
+
+def _config(data, **pipeline_section):
+    """A config whose data (and local MLflow store, which keeps the ledger) is ``data``."""
+    return config_from_dict({"data_dir": str(data), "pipeline": pipeline_section})
+
+
+def _recorded(traces, config):
+    """Record ``traces`` as trained on by a new parent run, as a run that registered a version does."""
+    from orchrm.ops import tracking
+
+    stages.record_ingested(traces, config=config, run_id=tracking.start_run(config, "pipeline"))
 
 
 def _desk(path, *, seed=0):
@@ -46,7 +58,7 @@ def test_files_being_written_and_other_suffixes_are_skipped(tmp_path):
                  "notes.txt", "export.csv", "saturday.jsonl.part"]:
         (folder / name).write_text('{"a": 1}\n')
     (folder / "sub.jsonl").mkdir()  # a folder named like a trace file
-    found = stages.find_new_traces(folder, data_dir=tmp_path / "data")
+    found = stages.find_new_traces(folder, config=_config(tmp_path / "data"))
     assert [p.name for p in found.files] == ["monday.jsonl", "tuesday.parquet"]
     assert [p.name for p in found.new] == ["monday.jsonl", "tuesday.parquet"]
 
@@ -57,7 +69,7 @@ def test_a_malformed_file_is_moved_to_rejected_with_a_report_and_the_rest_is_ing
     good = _desk(folder / "good.jsonl")
     (folder / "broken.jsonl").write_text('{"task_id": "t"}\nnot json\n')
     _too_deep(folder / "deep.jsonl")
-    found = stages.find_new_traces(folder, data_dir=data)
+    found = stages.find_new_traces(folder, config=_config(data))
 
     artifacts = stages.ingest_stage(found, out_dir=tmp_path / "run")
 
@@ -83,12 +95,13 @@ def test_a_rejected_file_is_not_recorded_and_a_second_reject_of_the_same_name_ke
     folder.mkdir()
     _desk(folder / "good.jsonl")
     (folder / "bad.jsonl").write_text("not json\n")
-    found = stages.find_new_traces(folder, data_dir=data)
+    config = _config(data)
+    found = stages.find_new_traces(folder, config=config)
     artifacts = stages.ingest_stage(found, out_dir=tmp_path / "run")
-    stages.record_ingested(pipeline._accepted(found, artifacts), data_dir=data, run_id="r1")
+    _recorded(pipeline._accepted(found, artifacts), config)
     (folder / "bad.jsonl").write_text("still not json\n")  # the same name again, other bytes
 
-    again = stages.find_new_traces(folder, data_dir=data)
+    again = stages.find_new_traces(folder, config=config)
     assert [p.name for p in again.new] == ["bad.jsonl"]  # the good one was recorded, the bad one not
     second = stages.ingest_stage(again, out_dir=tmp_path / "run2")
     assert [r.moved_to.name for r in second.rejected] == ["bad.1.jsonl"]
@@ -107,7 +120,7 @@ def test_a_night_whose_every_new_file_is_rejected_ends_completed_with_nothing_va
     assert result.status == "nothing-valid" and result.run_id is None and result.registered is None
     assert "nothing valid" in result.message and "deep.jsonl: DataQualityError: failed artifacts.depth_in_range" in result.message
     assert (tmp_path / "rejected" / "deep.jsonl").is_file() and not (folder / "deep.jsonl").exists()
-    assert not (data / "ingest" / "ingested.json").exists()
+    assert ledger.seen_digests(config) == frozenset()  # nothing recorded
 
 
 def _aged(folder, name, days_old, *, now):
@@ -128,16 +141,16 @@ def test_the_retention_window_keeps_the_newest_files_by_modification_time(tmp_pa
     for name, age in [("a.jsonl", 1), ("b.jsonl", 3), ("c.parquet", 10), ("d.jsonl", 40)]:
         _aged(folder, name, age, now=NOW)
 
-    by_age = stages.find_new_traces(folder, data_dir=data, window_days=7, now=NOW)
+    by_age = stages.find_new_traces(folder, config=_config(data, window_days=7), now=NOW)
     assert [p.name for p in by_age.files] == ["a.jsonl", "b.jsonl"]
     assert [p.name for p in by_age.outside] == ["c.parquet", "d.jsonl"]
     assert set(by_age.digests) == {str(p) for p in by_age.files}
 
-    by_count = stages.find_new_traces(folder, data_dir=data, max_files=3, now=NOW)
+    by_count = stages.find_new_traces(folder, config=_config(data, max_files=3), now=NOW)
     assert [p.name for p in by_count.files] == ["a.jsonl", "b.jsonl", "c.parquet"]
-    both = stages.find_new_traces(folder, data_dir=data, window_days=30, max_files=1, now=NOW)
+    both = stages.find_new_traces(folder, config=_config(data, window_days=30, max_files=1), now=NOW)
     assert [p.name for p in both.files] == ["a.jsonl"] and len(both.outside) == 3
-    everything = stages.find_new_traces(folder, data_dir=data, now=NOW)
+    everything = stages.find_new_traces(folder, config=_config(data), now=NOW)
     assert len(everything.files) == 4 and everything.outside == ()
 
 
@@ -146,14 +159,15 @@ def test_the_ledger_still_decides_what_is_new_inside_the_window(tmp_path):
     folder.mkdir()
     _aged(folder, "old.jsonl", 20, now=NOW)
     _aged(folder, "monday.jsonl", 2, now=NOW)
-    night1 = stages.find_new_traces(folder, data_dir=data, window_days=7, now=NOW)
+    config = _config(data, window_days=7)
+    night1 = stages.find_new_traces(folder, config=config, now=NOW)
     assert [p.name for p in night1.new] == ["monday.jsonl"]  # the old file is neither read nor new
-    stages.record_ingested(night1, data_dir=data, run_id="r1")
+    _recorded(night1, config)
 
-    night2 = stages.find_new_traces(folder, data_dir=data, window_days=7, now=NOW)
+    night2 = stages.find_new_traces(folder, config=config, now=NOW)
     assert [p.name for p in night2.files] == ["monday.jsonl"] and night2.new == ()
     _aged(folder, "tuesday.jsonl", 1, now=NOW)
-    night3 = stages.find_new_traces(folder, data_dir=data, window_days=7, now=NOW)
+    night3 = stages.find_new_traces(folder, config=config, now=NOW)
     assert [p.name for p in night3.files] == ["monday.jsonl", "tuesday.jsonl"]
     assert [p.name for p in night3.new] == ["tuesday.jsonl"]
 
@@ -171,7 +185,7 @@ def test_a_night_trains_on_the_window_and_ends_early_when_nothing_in_it_is_new(t
 
     # inside the window, the ingest stage reads only the window's files
     _desk(folder / "new.jsonl", seed=2)
-    found = stages.find_new_traces(folder, data_dir=data, window_days=config.pipeline.window_days, max_files=config.pipeline.max_files)
+    found = stages.find_new_traces(folder, config=config)
     artifacts = stages.ingest_stage(found, out_dir=tmp_path / "run")
     assert artifacts.sources == (folder / "new.jsonl",)
     assert set(read_table(artifacts.path).task_id) == set(make_traces(2, seed=2, runs=1).task_id)
