@@ -6,6 +6,7 @@ Run ``orchrm <command> --help`` for the arguments of each command.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -551,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     apply_offline_env()  # before any command imports MLflow, GX, Prefect or transformers
     args = build_parser().parse_args(argv)
+    if getattr(args, "quiet", False):
+        # MLflow's own download bars too (loading a model from the registry), not only ours
+        os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     try:
         return args.fn(args)
     except OrchRMError as exc:

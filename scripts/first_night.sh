@@ -11,7 +11,7 @@ bin=${VENV:-$root/.venv}/bin
 work=${1:-$(mktemp -d)}
 mkdir -p "$work" && cd "$work"
 # shellcheck disable=SC2046
-export $(grep -v '^#' "$root/orchrm/util/offline.env" | xargs)
+export $(grep -v '^#' "$root/orchrm/util/offline.env" | xargs) MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false
 echo "# in $work"
 
 echo "## your system writes a trace file (under a dot-name, then renamed)"
@@ -20,19 +20,29 @@ echo "## your system writes a trace file (under a dot-name, then renamed)"
 echo "## night 1"
 "$bin/orchrm" pipeline --config "$root/configs/own_traces.yaml" --traces incoming --quiet
 
-echo "## the champion ranks the plans of a ticket it never saw"
+echo "## the champion picks among the 6 plans of 200 tickets it never saw"
 "$bin/python" - <<'PY'
 from orchrm import load_reward_model
-from orchrm.execution.support_desk import PLANS, expected_quality, make_tickets
+from orchrm.execution.support_desk import PLANS, WORKING_PLAN, expected_quality, make_tickets, true_pair_accuracy
 from orchrm.model.texts import plan_prompt
 
 model = load_reward_model("models:/orchrm-reward@champion", tracking_uri="sqlite:///.orchrm/mlflow.db")
-ticket = make_tickets(1, seed=999)[0]
 names = list(PLANS)
-rewards = model.score([plan_prompt(ticket.question)] * len(names), [PLANS[n] for n in names])
-print(ticket.question.splitlines()[0])
-for name, reward in sorted(zip(names, rewards), key=lambda x: -x[1]):
-    print(f"  {reward:+.3f}  {name:<15} (expected quality {expected_quality(ticket, name):.2f})")
+
+
+def score(question, plans):
+    return model.score([plan_prompt(question)] * len(plans), plans)
+
+
+tickets = make_tickets(200, seed=999)
+picks = [names[max(range(len(names)), key=lambda i, r=score(t.question, [PLANS[n] for n in names]): r[i])] for t in tickets]
+working = sum(p == WORKING_PLAN[(t.category, t.urgency)] for p, t in zip(picks, tickets))
+quality = sum(expected_quality(t, p) for p, t in zip(picks, tickets)) / len(tickets)
+best = sum(max(expected_quality(t, n) for n in names) for t in tickets) / len(tickets)
+rand = sum(sum(expected_quality(t, n) for n in names) / len(names) for t in tickets) / len(tickets)
+print(f"top pick is the working plan on {working} of {len(tickets)} tickets (a random pick: 1 in {len(names)})")
+print(f"expected quality of the pick {quality:.3f}; random plan {rand:.3f}; the best plan {best:.3f}")
+print(f"plan pairs ordered right (expected quality differs): {true_pair_accuracy(score, tickets):.3f} (chance 0.5)")
 PY
 
 echo "## night 2: no new file"
