@@ -4,7 +4,8 @@ Registering and promoting are separate steps. :func:`register_candidate` tags ev
 its gate verdict and gives ``challenger`` to one that passed every absolute gate; :func:`promote`
 moves ``champion`` to a version whose gates pass, and can be rerun on any version (it re-checks
 the gates from the metrics stored in the version's run, against the settings recorded when it was
-registered); the champion it replaces keeps ``previous``, which :func:`rollback` restores. The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
+registered); the champion it replaces keeps ``previous``, which :func:`rollback` restores. Both
+run under the promotion lock (:mod:`orchrm.ops.locks`). The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
 
 >>> run_id = tracking.start_run(config, "orchrm-pipeline")             # doctest: +SKIP
 >>> uri = log_model(".orchrm/model", run_id=run_id, config=config)     # doctest: +SKIP

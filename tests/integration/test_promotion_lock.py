@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import multiprocessing
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
 
+import httpx
 import mlflow
 import pytest
 
@@ -28,13 +33,17 @@ from orchrm.config import PipelineConfig
 from orchrm.errors import PromotionRejected, RegistryError
 from orchrm.ops import locks, registry, tracking
 from tests.integration import test_promotion
+from tests.integration.mlflow_server import free_port, running_mlflow
 from tests.integration.test_prefect_server import (
+    BIN,
     PG_HOST,
     PG_PORT,
     PG_USER,
     _admin,
+    _process,
     _reachable,
     _unavailable,
+    _wait_healthy,
 )
 from tests.integration.test_promotion import aliases, candidate, metrics
 
@@ -271,3 +280,68 @@ def test_two_overlapping_promotions_on_postgresql_leave_one_champion(pg_config, 
     champion = registry.champion_version(pg_config)
     results = race_in_processes(pg_config, (third, fourth))
     assert_one_champion(pg_config, results, champion)
+
+
+# --------------------------------------------------------------------------------------------
+# a tracking server: the Prefect global concurrency limit
+
+
+def _prefect_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING"))}
+    return env | {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                  "PREFECT_SERVER_UI_ENABLED": "false"}
+
+
+@pytest.fixture
+def prefect_api(tmp_path, monkeypatch) -> str:
+    """A real Prefect server (SQLite under ``tmp_path``) on a free port; its API URL exported as
+    ``PREFECT_API_URL`` for the processes this test spawns; always stopped."""
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    log = tmp_path / "prefect-server.log"
+    cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    with _process(cmd, env=_prefect_env(tmp_path), log=log) as server:
+        _wait_healthy(api, server, log)
+        monkeypatch.setenv("PREFECT_API_URL", api)
+        yield api
+
+
+@pytest.fixture
+def server_config(tmp_path, monkeypatch) -> PipelineConfig:
+    """A config whose store is a real ``mlflow server`` (SQLite and artifacts under ``tmp_path``)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    before = mlflow.get_tracking_uri()
+    args = ["server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(tmp_path / "artifacts")]
+    with running_mlflow(args, tmp_path / "mlflow-server.log") as url:
+        config = PipelineConfig.model_validate({"data_dir": str(tmp_path / "data"), "registry": {"tracking_uri": url}})
+        tracking.configure(config)
+        yield config
+    mlflow.set_tracking_uri(before)
+
+
+@pytest.mark.slow
+def test_on_a_tracking_server_with_prefect_two_overlapping_promotions_leave_one_champion(prefect_api, server_config, model_file):
+    first, better, good = two_rivals(server_config, model_file)
+    assert_one_champion(server_config, race_in_processes(server_config, (better, good)), first)
+    # the limit the first promotion created: one slot, free again
+    name = locks.lock_name(server_config.registry.model_name)
+    limit = httpx.get(f"{prefect_api}/v2/concurrency_limits/{name}", timeout=10).json()
+    assert (limit["limit"], limit["active"], limit["active_slots"]) == (1, True, 0)
+
+
+def test_an_unreachable_prefect_api_fails_the_promotion_lock_with_the_fix(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    env = _prefect_env(tmp_path) | {"PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api", "PREFECT_CLIENT_MAX_RETRIES": "0"}
+    take = ("from orchrm.config import PipelineConfig\nfrom orchrm.ops.locks import promotion_lock\n"
+            f"with promotion_lock(PipelineConfig.model_validate({{'registry': {{'tracking_uri': {url!r}}}}})):\n    pass\n")
+    done = subprocess.run([sys.executable, "-c", take], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "RegistryError: the Prefect API at" in done.stderr and "start the server, or unset PREFECT_API_URL" in done.stderr
+
+
+def test_on_a_tracking_server_without_prefect_a_warning_says_only_the_read_back_guards(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    config = PipelineConfig.model_validate({"registry": {"tracking_uri": f"http://127.0.0.1:{free_port()}"}})
+    with caplog.at_level(logging.WARNING, logger="orchrm.ops.locks"), locks.promotion_lock(config) as held:
+        assert held == "no lock (read-back only)"
+    assert "nothing serialises promotions by other runs; the read-back after each alias move reports" in caplog.text
