@@ -167,12 +167,12 @@ def _model_results(model: Any, pairs: pd.DataFrame, pool: CandidatePool, reading
 
 def _champion_differences(ours: dict[str, Any], theirs: dict[str, Any], pairs: pd.DataFrame, reading: PoolReading,
                           config: EvaluateConfig) -> dict[str, float]:
-    """Candidate minus champion, paired on the same pool tasks, as flat metrics
-    (:meth:`orchrm.evaluation.metrics.PairedDifference.metrics`): for every evaluated N the quality of the reward-model
-    pick, realised (``champion_delta.best_of_<N>``) and expected where the pool measured it
-    (``champion_delta.expected.best_of_<N>``), per (pool seed, task) and resampled over tasks; for
-    a pool without best-of-N, held-out pairwise correctness per pair, resampled over tasks
-    (``champion_delta.pairwise_accuracy``). Each comes with ``.ci_low``, ``.ci_high``, ``.tasks``
+    """Candidate minus champion, paired on the same tasks, as flat metrics
+    (:meth:`orchrm.evaluation.metrics.PairedDifference.metrics`): for every evaluated N the
+    quality of the reward-model pick, realised (``champion_delta.best_of_<N>``) and expected where the pool measured it
+    (``champion_delta.expected.best_of_<N>``), per (pool seed, task) and resampled over tasks; and
+    held-out pairwise correctness per pair, resampled over tasks (``champion_delta.pairwise_accuracy``:
+    what the gate reads on a pool without best-of-N). Each comes with ``.ci_low``, ``.ci_high``, ``.tasks``
     and ``.resamples`` (the bootstrap size; 0: the interval is the mean itself)."""
     out: dict[str, float] = {}
     keys = ["N", "pool_seed", "task_id"]
@@ -186,7 +186,7 @@ def _champion_differences(ours: dict[str, Any], theirs: dict[str, Any], pairs: p
                 diff = (a[column] - b[column]).to_numpy(dtype=float)
                 if np.isfinite(diff).all():
                     out |= paired_difference(diff, tasks, bootstrap=config.bootstrap, seed=config.seed).metrics(key)
-    elif len(ours["correct"]) and len(ours["correct"]) == len(theirs["correct"]):
+    if len(ours["correct"]) and len(ours["correct"]) == len(theirs["correct"]):
         diff = np.asarray(ours["correct"]) - np.asarray(theirs["correct"])
         out |= paired_difference(diff, pairs["task_id"].to_numpy(), bootstrap=config.bootstrap,
                                  seed=config.seed).metrics(f"{CHAMPION_DELTA}.pairwise_accuracy")
