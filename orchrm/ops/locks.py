@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,7 +61,7 @@ def promotion_lock(config: PipelineConfig, *, timeout_s: float | None = None) ->
     timeout_s = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
     uri = tracking_uri(config)
     name = lock_name(config.registry.model_name)
-    scheme = uri.split(":", 1)[0].split("+", 1)[0] if "://" in uri else "file"
+    scheme = urllib.parse.urlparse(uri).scheme.split("+", 1)[0] or ("databricks" if uri.startswith("databricks") else "file")
     if scheme == "sqlite":
         lock = _file_lock(_sqlite_lock_path(uri, name), timeout_s=timeout_s)
     elif scheme == "file":

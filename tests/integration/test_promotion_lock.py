@@ -236,6 +236,14 @@ def test_the_sqlite_lock_lives_beside_the_store(config):
         assert held == f"file lock {db.with_name(f'{db.name}.orchrm-promotion-{config.registry.model_name}.lock')}"
 
 
+@pytest.mark.parametrize("store", ["{tmp}/mlruns", "file://{tmp}/mlruns"])
+def test_a_file_store_is_locked_inside_its_folder(store, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = PipelineConfig.model_validate({"registry": {"tracking_uri": store.format(tmp=tmp_path)}})
+    with locks.promotion_lock(config) as held:
+        assert held == f"file lock {tmp_path / 'mlruns' / '.orchrm-promotion-orchrm-reward.lock'}"
+
+
 # --------------------------------------------------------------------------------------------
 # PostgreSQL-backed MLflow store
 
