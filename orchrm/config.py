@@ -231,9 +231,12 @@ class GatesConfig(FrozenConfig):
     beat_cost_only: bool = True
     #: p50 milliseconds to score ``best_of`` candidates of one question on this machine
     max_scoring_latency_ms: float = Field(250.0, gt=0)
-    #: must beat the current champion's best-of-N on the same tasks and candidates, same run
+    #: must beat the current champion on the same tasks and candidates, same run: the paired
+    #: difference (candidate - champion) of the best-of-N pick's quality per task, bootstrapped
+    #: over tasks (``bootstrap``, ``seed``); on a pool without best-of-N, of held-out pair correctness
     beat_champion: bool = True
-    #: how much better than the champion counts as better (quality points); ties keep the champion
+    #: the lower bound of that paired 95% interval must exceed this (quality points): a
+    #: difference the interval cannot tell from 0 (or a tie) keeps the champion
     champion_margin: float = Field(0.0, ge=0.0, le=1.0)
 
 

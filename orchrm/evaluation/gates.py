@@ -111,18 +111,48 @@ def gates_n(metrics: Mapping[str, float], gates: GatesConfig) -> int:
     return gates.best_of if have is None or have < 2 else min(gates.best_of, int(have))
 
 
-def _pairwise_champion(metrics: Mapping[str, float], gates: GatesConfig, champion: Mapping[str, float]) -> GateResult:
-    """``beats_champion`` on held-out pairwise accuracy (same pairs): the comparison left when the
-    pool has no best-of-N."""
-    key = "pairwise_accuracy"
-    if key not in metrics or key not in champion:
-        return _missing("beats_champion", key if key not in metrics else f"champion {key}")
-    v, c = float(metrics[key]), float(champion[key])
-    t = c + gates.champion_margin
-    ok = v > t
-    margin = f" + margin {gates.champion_margin:.3f}" if gates.champion_margin else ""
-    return GateResult("beats_champion", ok, v, t, f"pairwise accuracy {v:.3f} {'>' if ok else '<='} champion {c:.3f}{margin} "
-                      "(same held-out pairs; the pool has no best-of-N)")
+#: prefix of the paired candidate-minus-champion metrics (:func:`orchrm.evaluation.harness.evaluate` writes them)
+CHAMPION_DELTA = "champion_delta"
+
+
+def champion_delta_key(metrics: Mapping[str, float], n: int, *, no_pool: bool) -> str:
+    """The paired difference ``beats_champion`` reads: of the expected quality of the best-of-N
+    pick where measured (as :func:`_quality_key`), else the realised one; of held-out pairwise
+    correctness for a pool without best-of-N."""
+    if no_pool:
+        return f"{CHAMPION_DELTA}.pairwise_accuracy"
+    expected, realised = f"{CHAMPION_DELTA}.expected.best_of_{n}", f"{CHAMPION_DELTA}.best_of_{n}"
+    if expected in metrics or realised in metrics:
+        return expected if expected in metrics else realised
+    # neither: name the one the quality gates read, for the "missing" message
+    return expected if _quality_key(metrics, n, "reward_model").startswith("expected.") else realised
+
+
+def describe_delta(key: str) -> str:
+    """What the paired difference ``key`` measures, in words."""
+    if key.endswith(".pairwise_accuracy"):
+        return "held-out pairwise accuracy on the same pairs (the pool has no best-of-N)"
+    n = key.rsplit("best_of_", 1)[1]
+    return f"{'expected' if '.expected.' in key else 'realised'} quality of the best-of-{n} pick on the same pool tasks"
+
+
+def _beats_champion(metrics: Mapping[str, float], gates: GatesConfig, n: int, *, no_pool: bool) -> GateResult:
+    """``beats_champion``: the lower bound of the paired bootstrap interval of (candidate -
+    champion) must exceed ``champion_margin``; a difference whose interval reaches the margin
+    (e.g. straddles 0) keeps the champion, whatever the two means."""
+    key = champion_delta_key(metrics, n, no_pool=no_pool)
+    if any(k not in metrics for k in (key, f"{key}.ci_low", f"{key}.ci_high")):
+        return GateResult("beats_champion", False, None, None,
+                          f"{key} missing from the metrics: evaluate the model again against the champion (the paired "
+                          "difference is measured in the same run, on the same pool)")
+    mean, lo, hi, t = float(metrics[key]), float(metrics[f"{key}.ci_low"]), float(metrics[f"{key}.ci_high"]), gates.champion_margin
+    ok = lo > t
+    tasks = int(metrics.get(f"{key}.tasks", 0))
+    interval = ("no bootstrap (evaluate.bootstrap 0): the interval is the mean itself" if metrics.get(f"{key}.resamples") == 0
+                else "95% paired bootstrap over tasks")
+    return GateResult("beats_champion", ok, lo, t,
+                      f"candidate - champion, {describe_delta(key)}: mean {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                      f"({interval}; {tasks} tasks); lower bound {lo:+.3f} {'>' if ok else '<='} margin {t:.3f}")
 
 
 def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: Mapping[str, float] | None = None) -> Verdict:
@@ -131,14 +161,16 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
     Gates: ``pairwise_accuracy`` (>= ``min_pairwise_accuracy``), ``best_of_n_gain`` (reward-model
     best-of-``best_of`` minus the random pick, >= ``min_best_of_n_gain``), ``beats_cost_only``
     (reward model > cost-only selector; when enabled), ``scoring_latency`` (p50 <=
-    ``max_scoring_latency_ms``) and ``beats_champion`` (reward model > champion's + margin on the
-    same pool; passes with "no champion yet" when ``champion`` is None; when enabled). Best-of-N
-    figures are expected quality where measured (see :func:`_quality_key`), at :func:`gates_n`.
+    ``max_scoring_latency_ms``) and ``beats_champion`` (the lower bound of the paired bootstrap
+    interval of candidate minus champion on the same pool, ``champion_delta.*`` in ``metrics``,
+    > ``champion_margin``; passes with "no champion yet" when ``champion`` is None, which is
+    otherwise the champion's metrics of the same run; when enabled). Best-of-N figures are
+    expected quality where measured (see :func:`_quality_key`), at :func:`gates_n`.
 
     A pool without best-of-N (``pool_tasks`` 0: no held-out task with two distinct plans) leaves
     the pairwise gates alone: ``best_of_n_gain``, ``beats_cost_only`` and ``scoring_latency`` are
-    reported as not applicable (they pass, with the reason), ``beats_champion`` compares the
-    held-out pairwise accuracy of both models instead.
+    reported as not applicable (they pass, with the reason), ``beats_champion`` reads the paired
+    difference of held-out pairwise correctness instead.
     """
     n = gates_n(metrics, gates)
     no_pool = metrics.get("pool_tasks") == 0
@@ -186,17 +218,6 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
     if gates.beat_champion:
         if champion is None:
             results.append(GateResult("beats_champion", True, None, None, "no champion yet"))
-        elif no_pool:
-            results.append(_pairwise_champion(metrics, gates, champion))
         else:
-            ckey = _quality_key(champion, n, "reward_model")
-            if rm in metrics and ckey in champion:
-                v, c = float(metrics[rm]), float(champion[ckey])
-                t = c + gates.champion_margin
-                ok = v > t
-                margin = f" + margin {gates.champion_margin:.3f}" if gates.champion_margin else ""
-                results.append(GateResult("beats_champion", ok, v, t,
-                                          f"{rm} {v:.3f} {'>' if ok else '<='} champion {c:.3f}{margin} (same pool)"))
-            else:
-                results.append(_missing("beats_champion", rm if rm not in metrics else f"champion {ckey}"))
+            results.append(_beats_champion(metrics, gates, n, no_pool=no_pool))
     return Verdict(tuple(results))

@@ -16,7 +16,8 @@ import pandas as pd
 
 from orchrm.config import EvaluateConfig
 from orchrm.errors import ConfigError
-from orchrm.evaluation.metrics import calibration, pairwise_metrics, score_texts
+from orchrm.evaluation.gates import CHAMPION_DELTA
+from orchrm.evaluation.metrics import calibration, paired_difference, pairwise_metrics, score_texts
 from orchrm.evaluation.pool import CandidatePool, log
 from orchrm.evaluation.report import EvaluationReport
 from orchrm.evaluation.selectors import (
@@ -116,11 +117,12 @@ _BEST_OF_N_COLUMNS = ["N", "selector", "domain", "tasks", "quality", "ci_low", "
 _GAP_COLUMNS = ["N", "domain", "tasks", "random", "reward_model", "expected_oracle", "gap_closed", "ci_low", "ci_high"]
 
 
-def _best_of_n(model: Any, pool: CandidatePool, reading: PoolReading, config: EvaluateConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The best-of-N and gap-closed tables of ``model`` on ``pool`` (empty without best-of-N);
-    unavailable selectors are left out of both."""
+def _best_of_n(model: Any, pool: CandidatePool, reading: PoolReading, config: EvaluateConfig) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The best-of-N and gap-closed tables of ``model`` on ``pool`` and the picks behind them
+    (:func:`best_of_n_picks` with ``N``; all empty without best-of-N); unavailable selectors are
+    left out."""
     if not reading.ns:
-        return pd.DataFrame(columns=_BEST_OF_N_COLUMNS), pd.DataFrame(columns=_GAP_COLUMNS)
+        return pd.DataFrame(columns=_BEST_OF_N_COLUMNS), pd.DataFrame(columns=_GAP_COLUMNS), pd.DataFrame()
     frame = pool.frame
     prompts = [plan_prompt(q) for q in frame["question"]]
     read = scoring_tokens(model, prompts, frame["plan_text"])
@@ -131,13 +133,14 @@ def _best_of_n(model: Any, pool: CandidatePool, reading: PoolReading, config: Ev
     picks = pd.concat([best_of_n_picks(frame, n).assign(N=n) for n in reading.ns], ignore_index=True)
     picks = picks[~picks["selector"].isin(list(reading.unavailable))]
     return (best_of_n_table(picks, bootstrap=config.bootstrap, seed=config.seed),
-            gap_closed_table(picks, bootstrap=config.bootstrap, seed=config.seed))
+            gap_closed_table(picks, bootstrap=config.bootstrap, seed=config.seed), picks)
 
 
 def _model_results(model: Any, pairs: pd.DataFrame, pool: CandidatePool, reading: PoolReading, config: EvaluateConfig) -> dict[str, Any]:
-    """Every metric and table of one model on ``pairs`` and ``pool`` (read as ``reading`` says)."""
+    """Every metric and table of one model on ``pairs`` and ``pool`` (read as ``reading`` says),
+    and what :func:`_champion_differences` pairs up: ``picks`` and per-pair ``correct``."""
     pw = _pairwise(model, pairs, config)
-    table, gaps = _best_of_n(model, pool, reading, config)
+    table, gaps, picks = _best_of_n(model, pool, reading, config)
     n = reading.gates_n
     latency = scoring_latency(model, pool, n)
     metrics = dict(pw["metrics"])
@@ -158,7 +161,36 @@ def _model_results(model: Any, pairs: pd.DataFrame, pool: CandidatePool, reading
     metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
     latency_table = pd.DataFrame([{"N": n, **latency}])
     return {"metrics": metrics, "tables": {"pairwise": pw["table"], "calibration": pw["calibration"], "best_of_n": table,
-                                           "gap_closed": gaps, "latency": latency_table}}
+                                           "gap_closed": gaps, "latency": latency_table},
+            "picks": picks, "correct": pw.get("correct", np.zeros(0))}
+
+
+def _champion_differences(ours: dict[str, Any], theirs: dict[str, Any], pairs: pd.DataFrame, reading: PoolReading,
+                          config: EvaluateConfig) -> dict[str, float]:
+    """Candidate minus champion, paired on the same tasks, as flat metrics
+    (:meth:`orchrm.evaluation.metrics.PairedDifference.metrics`): for every evaluated N the
+    quality of the reward-model pick, realised (``champion_delta.best_of_<N>``) and expected where the pool measured it
+    (``champion_delta.expected.best_of_<N>``), per (pool seed, task) and resampled over tasks; and
+    held-out pairwise correctness per pair, resampled over tasks (``champion_delta.pairwise_accuracy``:
+    what the gate reads on a pool without best-of-N). Each comes with ``.ci_low``, ``.ci_high``, ``.tasks``
+    and ``.resamples`` (the bootstrap size; 0: the interval is the mean itself)."""
+    out: dict[str, float] = {}
+    keys = ["N", "pool_seed", "task_id"]
+    if reading.ns:
+        mine = ours["picks"][ours["picks"]["selector"] == "reward_model"].set_index(keys).sort_index()
+        other = theirs["picks"][theirs["picks"]["selector"] == "reward_model"].set_index(keys).reindex(mine.index)
+        for n in reading.ns:
+            a, b = mine.loc[n], other.loc[n]
+            tasks = a.index.get_level_values("task_id").to_numpy()
+            for column, key in (("quality", f"{CHAMPION_DELTA}.best_of_{n}"), ("expected", f"{CHAMPION_DELTA}.expected.best_of_{n}")):
+                diff = (a[column] - b[column]).to_numpy(dtype=float)
+                if np.isfinite(diff).all():
+                    out |= paired_difference(diff, tasks, bootstrap=config.bootstrap, seed=config.seed).metrics(key)
+    if len(ours["correct"]) and len(ours["correct"]) == len(theirs["correct"]):
+        diff = np.asarray(ours["correct"]) - np.asarray(theirs["correct"])
+        out |= paired_difference(diff, pairs["task_id"].to_numpy(), bootstrap=config.bootstrap,
+                                 seed=config.seed).metrics(f"{CHAMPION_DELTA}.pairwise_accuracy")
+    return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
 def evaluate(
@@ -166,7 +198,9 @@ def evaluate(
 ) -> EvaluationReport:
     """Every metric of ``model`` on held-out ``pairs`` (rows with ``split != "test"`` are
     dropped) and on the candidate ``pool``; ``champion``, when given, is evaluated on the same
-    pairs and pool in the same call (its metrics in :attr:`EvaluationReport.champion_metrics`).
+    pairs and pool in the same call (its metrics in :attr:`EvaluationReport.champion_metrics`),
+    and the paired differences candidate minus champion join the candidate's metrics
+    (``champion_delta.*``, see :func:`_champion_differences`: what ``beats_champion`` reads).
     Empty ``pairs`` leave the pairwise metrics out (the ``pairwise_accuracy`` gate then fails).
     The pool is read as :func:`read_pool` says (a replay pool's N capped at what its tasks
     have, unavailable selectors left out); the report names the pool and what was left out.
@@ -183,6 +217,7 @@ def evaluate(
     if champion is not None:
         other = _model_results(champion, pairs, pool, reading, config)
         champion_metrics = other["metrics"]
+        main["metrics"] |= _champion_differences(main, other, pairs, reading, config)
         tables |= {f"champion_{name}": t for name, t in other["tables"].items() if name in ("pairwise", "best_of_n", "gap_closed")}
     return EvaluationReport(metrics=main["metrics"], champion_metrics=champion_metrics, tables=tables, config=config,
                             pool_meta=dict(pool.meta), notes=reading.notes, gates_best_of=reading.gates_n)

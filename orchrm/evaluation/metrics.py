@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,42 @@ def bootstrap_means(per_task: np.ndarray, *, n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, per_task.shape[0], size=(n, per_task.shape[0]))
     return per_task[draws].mean(axis=1)
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Candidate minus champion on the same tasks: the ``mean`` difference, its 95% bootstrap
+    interval over tasks (``ci_low``, ``ci_high``; the mean itself when ``resamples`` is 0), and
+    the number of ``tasks``."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    tasks: int
+    resamples: int
+
+    def metrics(self, key: str) -> dict[str, float]:
+        """Flat metrics: ``key`` (the mean), ``key.ci_low``, ``key.ci_high``, ``key.tasks``,
+        ``key.resamples``."""
+        return {key: self.mean, f"{key}.ci_low": self.ci_low, f"{key}.ci_high": self.ci_high,
+                f"{key}.tasks": float(self.tasks), f"{key}.resamples": float(self.resamples)}
+
+
+def paired_difference(diff: np.ndarray, tasks: np.ndarray, *, bootstrap: int, seed: int) -> PairedDifference:
+    """The mean of ``diff`` (candidate minus champion per row: a pair, or a task of one pool
+    seed) with its 95% interval from resampling whole ``tasks`` (:func:`bootstrap_ci`): both models
+    are read on the same draws, so the interval is of the paired difference, far narrower than
+    two separate intervals when the models agree on most tasks. With ``bootstrap`` 0 the
+    interval is the mean itself (no resampling).
+
+    >>> d = paired_difference(np.array([0.1, 0.1, 0.1]), np.array(["a", "b", "c"]), bootstrap=50, seed=0)
+    >>> round(d.mean, 3), round(d.ci_low, 3), d.tasks
+    (0.1, 0.1, 3)
+    """
+    diff = np.asarray(diff, dtype=float)
+    mean = float(diff.mean()) if diff.size else math.nan
+    lo, hi = bootstrap_ci(diff, tasks, n=bootstrap, seed=seed) if bootstrap > 0 else (mean, mean)
+    return PairedDifference(mean, lo, hi, int(pd.Series(tasks).nunique()), int(bootstrap))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -158,7 +195,7 @@ def accuracy_table(
 def pairwise_metrics(model: Any, pairs: pd.DataFrame, *, bootstrap: int = 1000, seed: int = 0, bins: int = 10) -> dict[str, Any]:
     """Pairwise accuracy and BT loss per granularity and domain, calibration and reward stats of
     ``model`` on ``pairs`` (held-out: split == "test"). Returns ``{"table", "calibration",
-    "metrics"}``; a pair counts as right when ``r_chosen > r_rejected`` (a tie is wrong). The BT
+    "metrics", "correct"}`` (``correct``: 1.0 / 0.0 per pair, in the rows' order); a pair counts as right when ``r_chosen > r_rejected`` (a tie is wrong). The BT
     loss is ``-log sigmoid(r_c - r_r)`` without the margin: the log-loss of the BT probability."""
     if pairs.empty:
         raise DataQualityError(
@@ -168,7 +205,8 @@ def pairwise_metrics(model: Any, pairs: pd.DataFrame, *, bootstrap: int = 1000, 
     r_c, r_r = score_pairs(model, pairs)
     diff = r_c - r_r
     loss = np.logaddexp(0.0, -diff)  # -log sigmoid(diff), stable
-    table = accuracy_table(pairs, (diff > 0).astype(float), bootstrap=bootstrap, seed=seed, loss=loss)
+    correct = (diff > 0).astype(float)
+    table = accuracy_table(pairs, correct, bootstrap=bootstrap, seed=seed, loss=loss)
     ece, reliability = calibration(r_c, r_r, bins=bins)
     overall = table[(table["granularity"] == "all") & (table["domain"] == "all")].iloc[0]
     rewards = np.concatenate([r_c, r_r])
@@ -186,7 +224,7 @@ def pairwise_metrics(model: Any, pairs: pd.DataFrame, *, bootstrap: int = 1000, 
         if row.granularity != "all" or row.domain != "all":
             metrics[f"pairwise_accuracy.{row.granularity}.{row.domain}"] = float(row.accuracy)
             metrics[f"bt_loss.{row.granularity}.{row.domain}"] = float(row.bt_loss)
-    return {"table": table, "calibration": reliability, "metrics": metrics}
+    return {"table": table, "calibration": reliability, "metrics": metrics, "correct": correct}
 
 
 def quantile_interval(per_task: np.ndarray, *, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from orchrm.config import EvaluateConfig
+from orchrm.evaluation.gates import CHAMPION_DELTA, champion_delta_key, describe_delta
 from orchrm.evaluation.metrics import fmt_number
 from orchrm.evaluation.plots import plot_report
 from orchrm.evaluation.selectors import SELECTORS
@@ -73,6 +74,35 @@ class EvaluationReport:
         paths |= plot_report(self, out)
         return paths
 
+    def champion_difference(self) -> str | None:
+        """The paired difference the ``beats_champion`` gate reads, as one sentence: candidate
+        minus champion, its 95% paired bootstrap interval and the tasks (None without a champion
+        or without the difference)."""
+        m = self.metrics
+        key = champion_delta_key(m, self.gates_n, no_pool=m.get("pool_tasks") == 0)
+        if self.champion_metrics is None or key not in m:
+            return None
+        lo, hi = m.get(f"{key}.ci_low", math.nan), m.get(f"{key}.ci_high", math.nan)
+        how = ("no bootstrap (evaluate.bootstrap 0): the interval is the mean itself" if m.get(f"{key}.resamples") == 0
+               else "95% paired bootstrap interval over tasks")
+        margin = self.config.gates.champion_margin if self.config else None
+        bar = f"; replaces the champion only when the lower bound exceeds the margin {margin:.3f}" if margin is not None else ""
+        return (f"this model - champion, {describe_delta(key)}: {m[key]:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                f"({how}; {int(m.get(f'{key}.tasks', 0))} tasks){bar}")
+
+    def _champion_difference_table(self) -> list[str]:
+        """Markdown rows of the paired difference at every evaluated N (empty for a pool without
+        best-of-N, whose one difference the sentence above gives)."""
+        m = self.metrics
+        rows = []
+        for kind, prefix in (("expected", f"{CHAMPION_DELTA}.expected.best_of_"), ("realised", f"{CHAMPION_DELTA}.best_of_")):
+            ns = sorted(int(k.removeprefix(prefix)) for k in m if k.startswith(prefix) and k.removeprefix(prefix).isdigit())
+            rows += [f"| {n} | {kind} | {m[f'{prefix}{n}']:+.3f} [{m.get(f'{prefix}{n}.ci_low', math.nan):+.3f}, "
+                     f"{m.get(f'{prefix}{n}.ci_high', math.nan):+.3f}] | {int(m.get(f'{prefix}{n}.tasks', 0))} |" for n in ns]
+        if not rows:
+            return []
+        return ["| N | quality | this model - champion [95% paired CI] | tasks |", "|---:|---|---:|---:|", *rows, ""]
+
     def _best_of_n(self, domain: str = "all") -> pd.DataFrame:
         t = self.tables["best_of_n"]
         return t[t["domain"] == domain]
@@ -88,9 +118,10 @@ class EvaluationReport:
         lines.append(pw.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         if self.pool_meta:  # a report rebuilt from metrics alone does not know its pool
             lines += ["", self.pool_line(), *(f"  {note}" for note in self.notes)]
+        difference = self.champion_difference()
         t = self._best_of_n()
         if t.empty:
-            return "\n".join(lines)
+            return "\n".join(lines + ([] if difference is None else ["", difference]))
         q = t.pivot(index="selector", columns="N", values="quality").reindex([s for s in SELECTORS if s in set(t["selector"])])
         lines += ["", "best-of-N, mean realised quality over held-out tasks (all domains):",
                   q.to_string(float_format=lambda x: f"{x:.3f}")]
@@ -112,6 +143,8 @@ class EvaluationReport:
             key = f"expected.best_of_{n}.reward_model"
             lines.append(f"champion on the same pool: best-of-{n} expected quality {fmt_number(self.champion_metrics.get(key, math.nan))} "
                          f"(this model {fmt_number(m.get(key, math.nan))})")
+        if difference is not None:
+            lines.append(difference)
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
@@ -129,6 +162,10 @@ class EvaluationReport:
                          f"[{fmt_number(r.ci_low, 2)}, {fmt_number(r.ci_high, 2)}] | {r.bt_loss:.3f} |")
         lines += ["", f"ECE {fmt_number(m.get('ece', math.nan))}; reward mean {fmt_number(m.get('reward_mean', math.nan))}, "
                   f"std {fmt_number(m.get('reward_std', math.nan))}.", ""]
+        difference = self.champion_difference()
+        if difference is not None:
+            lines += ["## Against the champion (same pool)", "", difference[0].upper() + difference[1:] + ".", "",
+                      *self._champion_difference_table()]
         t = self.tables["best_of_n"]
         if t.empty:
             return "\n".join(lines)

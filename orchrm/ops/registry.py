@@ -4,7 +4,8 @@ Registering and promoting are separate steps. :func:`register_candidate` tags ev
 its gate verdict and gives ``challenger`` to one that passed every absolute gate; :func:`promote`
 moves ``champion`` to a version whose gates pass, and can be rerun on any version (it re-checks
 the gates from the metrics stored in the version's run, against the settings recorded when it was
-registered); the champion it replaces keeps ``previous``, which :func:`rollback` restores. The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
+registered); the champion it replaces keeps ``previous``, which :func:`rollback` restores. Both
+run under the promotion lock (:mod:`orchrm.ops.locks`). The store, runs and retries are :mod:`orchrm.ops.tracking`'s.
 
 >>> run_id = tracking.start_run(config, "orchrm-pipeline")             # doctest: +SKIP
 >>> uri = log_model(".orchrm/model", run_id=run_id, config=config)     # doctest: +SKIP
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchrm.errors import PromotionRejected, RegistryError
+from orchrm.ops.locks import promotion_lock
 from orchrm.ops.tracking import (
     CHAMPION_EVALUATED_TAG,
     CHAMPION_PREFIX,
@@ -434,8 +436,20 @@ def promote(version: int, *, config: PipelineConfig, override_gates: str | None 
     leaving ``champion`` where it was (and taking ``challenger`` off it when an absolute gate failed).
 
     The version's verdict tags are updated to the re-checked verdict; a loosening let through by
-    ``override_gates`` is tagged ``gates_override.reason`` / ``.settings`` / ``.by`` / ``.at``."""
+    ``override_gates`` is tagged ``gates_override.reason`` / ``.settings`` / ``.by`` / ``.at``.
+
+    The check and the alias moves are one critical section (:func:`orchrm.ops.locks.promotion_lock`):
+    of two runs promoting candidates evaluated against the same champion, the second to take the
+    lock finds the champion moved and is rejected, so ``previous`` always names the champion
+    actually replaced."""
     configure(config)
+    with promotion_lock(config) as held:
+        log.debug("promoting version %d under %s", version, held)
+        return _promote_locked(version, config=config, override_gates=override_gates, who=who)
+
+
+def _promote_locked(version: int, *, config: PipelineConfig, override_gates: str | None, who: str | None) -> PromotionCheck:
+    """:func:`promote`'s check and alias moves, run under the promotion lock."""
     name = config.registry.model_name
     check = check_promotion(version, config=config, override_gates=override_gates)
     verdict = check.verdict
@@ -510,11 +524,19 @@ def rollback(config: PipelineConfig, *, reason: str, who: str | None = None) -> 
     version returns only through ``orchrm promote``. Both versions get tags ``rollback.reason``,
     ``rollback.by`` (``who``, default the login name), ``rollback.at`` (UTC, ISO 8601) and
     ``rollback.role`` (``restored`` / ``demoted``), and ``rollback.from`` / ``rollback.to``.
-    Raises :class:`RegistryError` when there is no champion or no previous champion."""
-    name = config.registry.model_name
+    Raises :class:`RegistryError` when there is no champion or no previous champion. Runs under
+    the promotion lock, as :func:`promote` does: a rollback never interleaves with a promotion."""
     if not reason.strip():
         raise RegistryError("a rollback needs a reason (recorded on both versions): pass --reason 'why'")
     configure(config)
+    with promotion_lock(config) as held:
+        log.debug("rolling back under %s", held)
+        return _rollback_locked(config, reason=reason, who=who)
+
+
+def _rollback_locked(config: PipelineConfig, *, reason: str, who: str | None) -> Rollback:
+    """:func:`rollback`'s reads and alias moves, run under the promotion lock."""
+    name = config.registry.model_name
     current, previous = champion_version(config), alias_version(config, PREVIOUS)
     if current is None:
         raise RegistryError(f"{name!r} has no champion to roll back: nothing was promoted yet (orchrm promote --version N)")

@@ -49,15 +49,27 @@ def metrics(*, rm: float, accuracy: float = 0.8, random: float = 0.5, cost_only:
             "best_of_8.cost_only": cost_only, "scoring_latency_ms_p50": 10.0}
 
 
-def candidate(config: PipelineConfig, model_file: Path, values: dict[str, float], *, champion: dict[str, float] | None = None) -> int:
+def paired(values: dict[str, float], champion: dict[str, float], *, half_width: float = 0.02) -> dict[str, float]:
+    """The paired difference evaluate() adds beside a champion: best-of-8 candidate minus champion,
+    with an interval of ``half_width`` either side (40 tasks, 1000 resamples)."""
+    key, mean = "champion_delta.best_of_8", values["best_of_8.reward_model"] - champion["best_of_8.reward_model"]
+    return {key: mean, f"{key}.ci_low": mean - half_width, f"{key}.ci_high": mean + half_width, f"{key}.tasks": 40.0,
+            f"{key}.resamples": 1000.0}
+
+
+def candidate(config: PipelineConfig, model_file: Path, values: dict[str, float], *, champion: dict[str, float] | None = None,
+              half_width: float = 0.02) -> int:
     """Register a version whose run holds ``values``, evaluated against the current champion
-    (whose metrics on the same pool are ``champion``), with the verdict the gates give."""
+    (whose metrics on the same pool are ``champion``; the paired difference is added to
+    ``values``), with the verdict the gates give."""
     uri = tracking.tracking_uri(config)
     run_id = tracking.start_run(config, "candidate")
-    tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(values), what="test")
     against = registry.champion_version(config)
     if against is not None:
         assert champion is not None, "a candidate evaluated against a champion has the champion's metrics"
+        values = values | paired(values, champion, half_width=half_width)
+    tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(values), what="test")
+    if against is not None:
         tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(champion, prefix=tracking.CHAMPION_PREFIX), what="test")
         tracking.client(uri).set_tag(run_id, tracking.CHAMPION_EVALUATED_TAG, str(against))
     verdict = check_gates(values, config.evaluate.gates, champion=champion if against is not None else None)
@@ -257,6 +269,18 @@ def test_promote_refuses_when_the_champion_moved_since_the_evaluation(config, mo
                        rf"against v{first}: re-evaluate it against v{second}.*champion stays at version {second}"):
         registry.promote(late, config=config)
     assert registry.champion_version(config) == second
+
+
+def test_promote_regates_beats_champion_from_the_paired_interval_stored_in_the_run(config, model_file):
+    first = candidate(config, model_file, metrics(rm=0.7))
+    registry.promote(first, config=config)
+    # a higher mean (0.72 vs 0.70) whose paired interval [-0.03, +0.07] straddles 0
+    unsure = candidate(config, model_file, metrics(rm=0.72), champion=metrics(rm=0.7), half_width=0.05)
+    with pytest.raises(PromotionRejected, match=r"beats_champion: candidate - champion, realised quality of the best-of-8 pick .*"
+                       rf"mean \+0\.020 \[-0\.030, \+0\.070\].*lower bound -0\.030 <= margin 0\.000 \(champion stays at version {first}\)"):
+        registry.promote(unsure, config=config)
+    assert registry.champion_version(config) == first
+    assert registry.version_info(unsure, config=config)["tags"]["gate.beats_champion"].startswith("fail: candidate - champion")
 
 
 def test_the_pipeline_promote_stage_rechecks_like_orchrm_promote(config, model_file):

@@ -58,6 +58,9 @@ def test_the_champion_is_scored_on_the_same_pool_and_a_tie_keeps_it(report, tiny
     assert report.champion_metrics is not None
     key = "expected.best_of_4.reward_model"
     assert report.champion_metrics[key] == report.metrics[key]
+    # the same model: the paired difference is 0 on every task, so its interval is [0, 0]
+    delta = "champion_delta.expected.best_of_4"
+    assert report.metrics[delta] == report.metrics[f"{delta}.ci_low"] == report.metrics[f"{delta}.ci_high"] == 0.0
     verdict = check_gates(report.metrics, tiny_config.evaluate.gates, champion=report.champion_metrics)
     assert "beats_champion" in {g.name for g in verdict.failed()}
 

@@ -14,7 +14,7 @@ from orchrm.config import EvaluateConfig, GatesConfig, config_from_dict
 from orchrm.errors import ConfigError
 from orchrm.evaluation.gates import Verdict, check_gates
 from orchrm.evaluation.harness import best_of_ns
-from orchrm.evaluation.metrics import accuracy_table, bootstrap_ci, calibration
+from orchrm.evaluation.metrics import accuracy_table, bootstrap_ci, calibration, paired_difference
 from orchrm.evaluation.pool import POOL_COLUMNS, CandidatePool, build_pool
 from orchrm.evaluation.selectors import (
     SELECTORS,
@@ -225,14 +225,69 @@ def test_each_gate_fails_alone_and_says_why(change, gate, detail):
     assert re.search(detail, verdict.failed()[0].detail), verdict.failed()[0].detail
 
 
-def test_a_challenger_must_beat_the_champion_by_the_margin_a_tie_keeps_the_champion():
-    champion = {"expected.best_of_8.reward_model": 0.70}
-    tie = check_gates(GOOD, GatesConfig(), champion=champion)
+def delta(mean: float, low: float, high: float, *, key: str = "champion_delta.expected.best_of_8", tasks: int = 40,
+          resamples: int = 1000) -> dict[str, float]:
+    """The paired-difference metrics evaluate() adds when a champion is evaluated in the same run."""
+    return {key: mean, f"{key}.ci_low": low, f"{key}.ci_high": high, f"{key}.tasks": tasks, f"{key}.resamples": resamples}
+
+
+#: the champion's own metrics of the run (what tells the gates there is a champion)
+CHAMPION = {"expected.best_of_8.reward_model": 0.65}
+
+
+def test_a_clearly_better_candidate_beats_the_champion_on_the_lower_bound_of_the_paired_interval():
+    verdict = check_gates(GOOD | delta(0.05, 0.02, 0.08), GatesConfig(), champion=CHAMPION)
+    assert verdict.passed
+    gate = next(g for g in verdict.gates if g.name == "beats_champion")
+    assert (gate.value, gate.threshold) == (0.02, 0.0)
+    assert gate.detail == ("candidate - champion, expected quality of the best-of-8 pick on the same pool tasks: mean +0.050 "
+                           "[+0.020, +0.080] (95% paired bootstrap over tasks; 40 tasks); lower bound +0.020 > margin 0.000")
+
+
+def test_better_means_whose_paired_interval_straddles_zero_keep_the_champion():
+    # the candidate's mean is higher (0.70 vs 0.65) but the paired interval reaches below 0
+    verdict = check_gates(GOOD | delta(0.05, -0.01, 0.11), GatesConfig(), champion=CHAMPION)
+    assert [g.name for g in verdict.failed()] == ["beats_champion"]
+    assert "mean +0.050 [-0.010, +0.110]" in verdict.failed()[0].detail
+    assert verdict.failed()[0].detail.endswith("lower bound -0.010 <= margin 0.000")
+
+
+def test_the_lower_bound_must_clear_the_margin_and_a_tie_keeps_the_champion():
+    margin = check_gates(GOOD | delta(0.08, 0.05, 0.11), GatesConfig(champion_margin=0.1), champion=CHAMPION)
+    assert margin.failed()[0].detail.endswith("lower bound +0.050 <= margin 0.100")
+    tie = check_gates(GOOD | delta(0.0, 0.0, 0.0), GatesConfig(), champion=CHAMPION)
     assert [g.name for g in tie.failed()] == ["beats_champion"]
-    assert tie.failed()[0].detail == "expected.best_of_8.reward_model 0.700 <= champion 0.700 (same pool)"
-    assert check_gates(GOOD, GatesConfig(), champion={"expected.best_of_8.reward_model": 0.65}).passed
-    margin = check_gates(GOOD, GatesConfig(champion_margin=0.1), champion={"expected.best_of_8.reward_model": 0.65})
-    assert "+ margin 0.100" in margin.failed()[0].detail
+
+
+def test_without_bootstrap_the_interval_is_the_mean_and_the_detail_says_so():
+    verdict = check_gates(GOOD | delta(0.03, 0.03, 0.03, resamples=0), GatesConfig(), champion=CHAMPION)
+    assert verdict.passed
+    assert "(no bootstrap (evaluate.bootstrap 0): the interval is the mean itself; 40 tasks)" in verdict.gates[-1].detail
+
+
+def test_beats_champion_reads_the_realised_difference_where_the_pool_has_no_expected_quality():
+    realised = delta(0.04, 0.01, 0.07, key="champion_delta.best_of_8")
+    verdict = check_gates(GOOD | realised, GatesConfig(), champion=CHAMPION)
+    assert verdict.passed and "realised quality of the best-of-8 pick" in verdict.gates[-1].detail
+
+
+def test_a_run_without_the_paired_difference_fails_beats_champion_as_missing():
+    # e.g. metrics stored before the paired difference existed: the champion's means alone decide nothing
+    verdict = check_gates(GOOD, GatesConfig(), champion={"expected.best_of_8.reward_model": 0.1})
+    assert [g.name for g in verdict.failed()] == ["beats_champion"]
+    assert verdict.failed()[0].detail.startswith("champion_delta.expected.best_of_8 missing from the metrics: evaluate the model "
+                                                 "again against the champion")
+
+
+def test_paired_difference_resamples_whole_tasks_and_without_bootstrap_is_its_mean():
+    # per task: +1, +1, -1 (two rows each, one per pool seed)
+    diff, tasks = np.array([1.0, 1.0, 1.0, 1.0, -1.0, -1.0]), np.array(["a", "a", "b", "b", "c", "c"])
+    d = paired_difference(diff, tasks, bootstrap=500, seed=0)
+    assert d.mean == pytest.approx(1 / 3) and d.tasks == 3 and d.ci_low < 0 < d.ci_high
+    # every draw of three tasks gives a mean in {-1, -1/3, 1/3, 1}
+    assert {round(d.ci_low, 6), round(d.ci_high, 6)} <= {-1.0, round(-1 / 3, 6), round(1 / 3, 6), 1.0}
+    flat = paired_difference(diff, tasks, bootstrap=0, seed=0)
+    assert flat.ci_low == flat.ci_high == flat.mean and flat.metrics("k")["k.resamples"] == 0
 
 
 def test_gates_fall_back_to_realised_quality_and_fail_on_a_missing_metric():

@@ -172,7 +172,9 @@ def test_held_out_tasks_with_one_plan_each_give_an_empty_pool_and_pairwise_gates
     report = evaluate(PlanScorer(PLAN_A), pairs=pd.DataFrame(columns=["split"]), pool=pool, config=config().evaluate)
     assert report.metrics["pool_tasks"] == 0 and report.tables["best_of_n"].empty
     assert "no best-of-N" in report.to_markdown() and "no best-of-N" in report.summary()
-    metrics = report.metrics | {"pairwise_accuracy": 0.8}
+    better = {"champion_delta.pairwise_accuracy": 0.1, "champion_delta.pairwise_accuracy.ci_low": 0.05,
+              "champion_delta.pairwise_accuracy.ci_high": 0.15}
+    metrics = report.metrics | {"pairwise_accuracy": 0.8} | better
     verdict = check_gates(metrics, EvaluateConfig().gates, champion={"pairwise_accuracy": 0.7})
     marks = {g.name: g.mark for g in verdict.gates}
     assert marks == {"pairwise_accuracy": "pass", "best_of_n_gain": "n/a", "beats_cost_only": "n/a",
@@ -180,9 +182,65 @@ def test_held_out_tasks_with_one_plan_each_give_an_empty_pool_and_pairwise_gates
     assert verdict.passed
     why = next(g for g in verdict.gates if g.name == "best_of_n_gain").detail
     assert why.startswith("not applicable: no held-out task has two distinct plans")
-    worse = check_gates(metrics, EvaluateConfig().gates, champion={"pairwise_accuracy": 0.85})
+    worse = check_gates(metrics | {"champion_delta.pairwise_accuracy.ci_low": -0.05}, EvaluateConfig().gates,
+                        champion={"pairwise_accuracy": 0.7})
     assert [g.name for g in worse.failed()] == ["beats_champion"]
-    assert "pairwise accuracy 0.800 <= champion 0.850" in worse.failed()[0].detail
+    assert "held-out pairwise accuracy on the same pairs (the pool has no best-of-N): mean +0.100 [-0.050, +0.150]" in \
+        worse.failed()[0].detail
+
+
+def three_tasks(tasks_good_for_a: int) -> tuple[list[str], list[dict]]:
+    """Three held-out tasks with plans A and B: A is the good plan on the first
+    ``tasks_good_for_a`` of them, B on the others."""
+    ids = ids_in("test", 3)
+    rows = []
+    for i, task in enumerate(ids):
+        good, bad = (PLAN_A, PLAN_B) if i < tasks_good_for_a else (PLAN_B, PLAN_A)
+        rows += trace_rows(task, {good: [1.0, 1.0], bad: [0.0, 0.0]})
+    return ids, rows
+
+
+@pytest.mark.parametrize(("good_for_a", "passes"), [(3, True), (2, False)])
+def test_beats_champion_is_the_paired_bootstrap_of_the_best_of_n_pick_on_the_shared_pool(good_for_a, passes):
+    # A picks plan A everywhere, the champion plan B: per task the difference is +1 or -1
+    _, rows = three_tasks(good_for_a)
+    cfg = config(bootstrap=200)
+    pool = build_replay_pool(ingest_traces(pd.DataFrame(rows)), cfg)
+    report = evaluate(PlanScorer(PLAN_A), pairs=pd.DataFrame(columns=["split"]), pool=pool, config=cfg.evaluate,
+                      champion=PlanScorer(PLAN_B))
+    m = report.metrics
+    mean = (good_for_a - (3 - good_for_a)) / 3
+    assert m["champion_delta.expected.best_of_2"] == pytest.approx(mean) and m["champion_delta.expected.best_of_2.tasks"] == 3
+    assert m["expected.best_of_2.reward_model"] > report.champion_metrics["expected.best_of_2.reward_model"]  # the means differ
+    gate = next(g for g in check_gates(m, cfg.evaluate.gates, champion=report.champion_metrics).gates if g.name == "beats_champion")
+    assert gate.passed is passes, gate.detail
+    if passes:  # +1 on every task: no resample can say otherwise
+        assert (m["champion_delta.expected.best_of_2.ci_low"], m["champion_delta.expected.best_of_2.ci_high"]) == (1.0, 1.0)
+    else:  # +1, +1, -1: the interval straddles 0
+        assert m["champion_delta.expected.best_of_2.ci_low"] < 0 < m["champion_delta.expected.best_of_2.ci_high"]
+        assert "lower bound" in gate.detail and "<= margin 0.000" in gate.detail
+    assert "this model - champion, expected quality of the best-of-2 pick on the same pool tasks" in report.summary()
+    assert "## Against the champion (same pool)" in report.to_markdown()
+
+
+def test_without_best_of_n_beats_champion_pairs_held_out_pair_correctness():
+    ids, rows = three_tasks(2)
+    pool = build_replay_pool(ingest_traces(pd.DataFrame(rows[:2] + rows[4:6] + rows[8:10])), config())  # one plan per task
+    assert pool.frame.empty
+    pairs = pd.DataFrame({"task_id": ids, "prompt": "p", "chosen": [PLAN_A, PLAN_A, PLAN_B], "rejected": [PLAN_B, PLAN_B, PLAN_A],
+                          "split": "test", "granularity": "plan", "domain": "desk"})
+    cfg = config(bootstrap=0)
+    report = evaluate(PlanScorer(PLAN_A), pairs=pairs, pool=pool, config=cfg.evaluate, champion=PlanScorer(PLAN_B))
+    m = report.metrics
+    assert m["champion_delta.pairwise_accuracy"] == pytest.approx(1 / 3) and m["champion_delta.pairwise_accuracy.tasks"] == 3
+    # bootstrap 0: the interval is the mean itself, and the mean alone decides
+    assert m["champion_delta.pairwise_accuracy.ci_low"] == m["champion_delta.pairwise_accuracy.ci_high"] == pytest.approx(1 / 3)
+    gate = next(g for g in check_gates(m, cfg.evaluate.gates, champion=report.champion_metrics).gates if g.name == "beats_champion")
+    assert gate.passed and "no bootstrap (evaluate.bootstrap 0): the interval is the mean itself" in gate.detail
+    assert "the interval is the mean itself" in report.summary()
+    with_bootstrap = evaluate(PlanScorer(PLAN_A), pairs=pairs, pool=pool, config=config(bootstrap=200).evaluate,
+                              champion=PlanScorer(PLAN_B))
+    assert with_bootstrap.metrics["champion_delta.pairwise_accuracy.ci_low"] < 0  # +1, +1, -1 per task: not enough
 
 
 def test_evaluate_pool_auto_replays_exactly_when_the_run_ingests_traces():
