@@ -9,7 +9,7 @@ lock shows; with it the second check waits for the first promotion to finish, fi
 moved and is rejected.
 
 The PostgreSQL tests need PostgreSQL at 127.0.0.1:5432 (user postgres, trust auth) and a driver
-for MLflow's store (psycopg2); they skip without them, except under ``CI=true``, where they fail.
+for MLflow's store (psycopg, the driver SQLAlchemy 2.1 reads ``postgresql://`` with); they skip without them, except under ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from orchrm.errors import PromotionRejected, RegistryError
 from orchrm.ops import locks, registry, tracking
 from tests.integration import test_promotion
 from tests.integration.mlflow_server import free_port, running_mlflow
-from tests.integration.test_prefect_server import (
+from tests.integration.prefect_server import (
     BIN,
     PG_HOST,
     PG_PORT,
@@ -254,8 +254,8 @@ def pg_config(tmp_path, monkeypatch) -> PipelineConfig:
     artifacts under ``tmp_path`` (a database store keeps them relative to the working folder)."""
     if not _reachable(PG_HOST, PG_PORT):
         _unavailable(f"PostgreSQL is not reachable at {PG_HOST}:{PG_PORT}")
-    if importlib.util.find_spec("psycopg2") is None:
-        _unavailable("psycopg2 is not installed: MLflow's PostgreSQL store needs it (pip install psycopg2-binary)")
+    if importlib.util.find_spec("psycopg") is None:
+        _unavailable("psycopg is not installed: MLflow's PostgreSQL store needs it (pip install 'psycopg[binary]')")
     import asyncio
 
     name = f"orchrm_lock_{uuid.uuid4().hex[:8]}"
