@@ -25,6 +25,7 @@ from orchrm.model.texts import (
 )
 from orchrm.ops.serving import RewardGuidedOrchestrator
 from orchrm.plans import Plan
+from tests.fixtures.executors import FixedPlans
 
 SEARCH = '<agent id="s" type="WebSearch" queries="2" top_k="4"/>'
 #: two plans that share their depth-0 search and differ in the reasoner reading it
@@ -32,23 +33,6 @@ SHARED_SEARCH = [
     Plan.parse(f'{SEARCH}<agent id="r" type="CoT" model="{tier}"/><edge from="s" to="r"/>') for tier in ("small", "large")
 ]
 SEED = 0
-
-
-class _FixedPlans:
-    """An executor whose sampler always proposes ``plans``; runs are the sandbox's."""
-
-    def __init__(self, plans: list[Plan]) -> None:
-        self.plans = plans
-        self.sandbox = MultiAgentExecutor(orchestrator="default")
-
-    def as_task(self, task):
-        return self.sandbox.as_task(task)
-
-    def sample_plans(self, task, n, *, seed=None):
-        return list(self.plans)
-
-    def run_plan(self, task, plan, **kwargs):
-        return self.sandbox.run_plan(task, plan, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +90,7 @@ def expected_step_scores(model, fmt: str, task, depth: int) -> list[float]:
 def test_training_records_the_format_and_the_guided_orchestrator_scores_steps_with_it(trained, tasks):
     fmt, model, _ = trained
     assert model.manifest[INTERMEDIATE_FORMAT_KEY] == fmt
-    orch = RewardGuidedOrchestrator(reward_model=model, num_candidates=2, executor=_FixedPlans(SHARED_SEARCH), seed=SEED)
+    orch = RewardGuidedOrchestrator(reward_model=model, num_candidates=2, executor=FixedPlans(SHARED_SEARCH), seed=SEED)
     assert orch.intermediate_format == fmt
     orch.execute(tasks[0])
     for step in orch.steps:
@@ -150,7 +134,7 @@ def test_a_model_saved_before_the_format_was_recorded_is_read_as_node_and_says_s
     del model.manifest[INTERMEDIATE_FORMAT_KEY]  # the manifest an older orchrm wrote
     older = BradleyTerryModel.load(model.save(tmp_path / "model.safetensors"))
     with caplog.at_level(logging.INFO, logger="orchrm.model.texts"):
-        orch = RewardGuidedOrchestrator(reward_model=older, num_candidates=2, executor=_FixedPlans(SHARED_SEARCH), seed=SEED)
+        orch = RewardGuidedOrchestrator(reward_model=older, num_candidates=2, executor=FixedPlans(SHARED_SEARCH), seed=SEED)
         inner = _pyfunc(tmp_path / "model.safetensors", tmp_path / "pyfunc").unwrap_python_model()
     assert orch.intermediate_format == inner.intermediate_format == "node"
     said = [r.getMessage() for r in caplog.records if "records no intermediate-pair format" in r.getMessage()]

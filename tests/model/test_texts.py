@@ -31,6 +31,7 @@ from orchrm.model.texts import (
 )
 from orchrm.ops.serving import RewardGuidedOrchestrator
 from orchrm.plans import Plan
+from tests.fixtures.executors import FixedPlans
 from tests.fixtures.tables import PLANS, execution_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,23 +67,6 @@ def test_node_pairs_are_written_with_the_text_builders():
     assert set(prefix["chosen"]) | set(prefix["rejected"]) <= {i.subplan for p in (a, b) for i in plan_nodes(p)}
 
 
-class _FixedPlans:
-    """An executor whose sampler always proposes ``plans``; runs are the sandbox's."""
-
-    def __init__(self, plans: list[Plan]) -> None:
-        self.plans = plans
-        self.sandbox = MultiAgentExecutor(orchestrator="default")
-
-    def as_task(self, task):
-        return self.sandbox.as_task(task)
-
-    def sample_plans(self, task, n, *, seed=None):
-        return list(self.plans)
-
-    def run_plan(self, task, plan, **kwargs):
-        return self.sandbox.run_plan(task, plan, **kwargs)
-
-
 class _Recorder:
     """A reward model that scores every action 0 and keeps each (prompt, action) it was asked."""
 
@@ -102,7 +86,7 @@ def test_serving_scores_exactly_the_texts_pair_building_trained_on():
     pairs = node_pairs(artifacts)
     (pair,) = pairs[pairs["prompt"] != task.question].itertuples()  # the two reasoners, under the shared search
     recorder = _Recorder()
-    RewardGuidedOrchestrator(reward_model=recorder, num_candidates=2, executor=_FixedPlans(SHARED_SEARCH), seed=0).execute(task)
+    RewardGuidedOrchestrator(reward_model=recorder, num_candidates=2, executor=FixedPlans(SHARED_SEARCH), seed=0).execute(task)
     depth_1 = {(p, a) for p, a in recorder.seen if p != task.question}
     assert depth_1 == {(pair.prompt, pair.chosen), (pair.prompt, pair.rejected)}
 
