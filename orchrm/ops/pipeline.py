@@ -278,26 +278,27 @@ def run_pipeline(
         evaluation = _evaluate_step(run, model, pairs, artifacts)
         verdict = _gate_step(run, evaluation)
         registered, champion = _register_step(run, model, evaluation, verdict, pairs, new)
-        _summary_step(run, verdict=verdict, registered=registered, champion=champion)
+        result = PipelineResult(
+            status=verdict.label,
+            run_dir=out,
+            message=_verdict_message(config, verdict, registered=registered, champion=champion),
+            run_id=run.parent,
+            tracking_uri=run.tracking_uri,
+            artifacts=artifacts,
+            pairs=pairs,
+            model=model,
+            evaluation=evaluation,
+            verdict=verdict,
+            registered=registered,
+            champion_version=champion,
+            seconds=dict(run.clock.seconds),
+        )
+        _summary_step(run, result)
     except BaseException as exc:
         _end_stopped(run, exc)
         raise
     tracking.end_run(config, run.parent)
-    return PipelineResult(
-        status=verdict.label,
-        run_dir=out,
-        message=_verdict_message(config, verdict, registered=registered, champion=champion),
-        run_id=run.parent,
-        tracking_uri=run.tracking_uri,
-        artifacts=artifacts,
-        pairs=pairs,
-        model=model,
-        evaluation=evaluation,
-        verdict=verdict,
-        registered=registered,
-        champion_version=champion,
-        seconds=dict(run.clock.seconds),
-    )
+    return result
 
 
 def _nothing_new(config: PipelineConfig, new: NewTraces, *, out: Path, say: Say) -> PipelineResult:
@@ -349,6 +350,11 @@ def _start(config: PipelineConfig, *, stages: Stages, say: Say, out: Path, progr
     tracking.configure(config)
     uri = tracking.tracking_uri(config)
     parent = tracking.start_run(config, "pipeline", tags={"orchrm.run_dir": str(out), "orchrm.code_version": version})
+    try:
+        tracking.log_config(config, run_id=parent)
+    except BaseException:
+        tracking.end_run(config, parent, status="FAILED")
+        raise
     say(f"MLflow run {parent} at {uri}; files in {out}")
     return _Run(config=config, stages=stages, say=say, clock=clock or _Clock(say), out=out, code_version=version, progress=progress, parent=parent, tracking_uri=uri)
 
@@ -483,12 +489,15 @@ def _note(run: _Run, exc: BaseException, note: str) -> None:
 
 def _end_stopped(run: _Run, exc: BaseException) -> None:
     """End the parent run of a run that raised ``exc``: ``FAILED``, or ``KILLED`` when it was
-    interrupted or cancelled (an exception that is not an :class:`Exception`). When even that
-    fails (the tracking server is gone), ``exc`` says so and stays the error raised."""
+    interrupted or cancelled (an exception that is not an :class:`Exception`), its description
+    the failure's report (:func:`failure_markdown`). When even that fails (the tracking server is
+    gone), ``exc`` says so and stays the error raised."""
     from orchrm.ops import tracking
 
     status = "FAILED" if isinstance(exc, Exception) else "KILLED"
     try:
+        if isinstance(exc, Exception):
+            _describe_run(run.config, run.parent, failure_markdown(exc))
         tracking.end_run(run.config, run.parent, status=status)
     except Exception as end_exc:  # the run's own error is the one to raise
         _note(run, exc, f"the MLflow parent run {run.parent} could not be marked {status} ({end_exc}); it may show RUNNING")
@@ -502,28 +511,85 @@ def _verdict_message(config: PipelineConfig, verdict: Verdict, *, registered: Re
     return f"version {registered.version} was rejected ({', '.join(g.name for g in verdict.failed())}); {kept}"
 
 
-def _summary_step(run: _Run, *, verdict: Verdict, registered: Registered, champion: int | None) -> None:
-    """The outcome on the parent run (:func:`_log_summary`); when that fails, the error says
-    that the version is registered all the same."""
+def _summary_step(run: _Run, result: PipelineResult) -> None:
+    """The outcome on the parent run and the version (:func:`_log_summary`); when that fails, the
+    error says that the version is registered all the same."""
     try:
-        _log_summary(run.config, run.parent, verdict=verdict, registered=registered, champion=champion, seconds=run.clock.seconds)
+        _log_summary(run.config, run.parent, result)
     except Exception as exc:
-        _note(run, exc, f"version {registered.version} is registered all the same (verdict {verdict.label}; champion is "
-                        f"version {champion}); only the summary of MLflow run {run.parent} is missing")
+        version, verdict = result.registered.version, result.verdict
+        _note(run, exc, f"version {version} is registered all the same (verdict {verdict.label}; champion is "
+                        f"version {result.champion_version}); only the summary of MLflow run {run.parent} is missing")
         raise
 
 
-def _log_summary(config: PipelineConfig, run_id: str, *, verdict: Verdict, registered: Registered, champion: int | None, seconds: Mapping[str, float]) -> None:
-    """The outcome on the parent run: tags ``verdict``, ``model_version``, ``champion_version``
-    and a ``seconds.<stage>`` metric per stage (after registration: its failure fails the run,
-    the version and the ledger stay)."""
+def _log_summary(config: PipelineConfig, run_id: str, result: PipelineResult) -> None:
+    """The outcome on the parent run: tags ``verdict``, ``model_version``, ``champion_version``, a
+    ``seconds.<stage>`` metric per stage, the report (:func:`report_markdown`) as the artifact
+    ``report.md`` and, within MLflow's limits (:func:`fit_markdown`), as the description of the
+    run and of the registered version: what a reviewer reads first in the MLflow UI. Logged after
+    registration: its failure fails the run, the version and the ledger stay."""
     from mlflow.entities import RunTag
 
     from orchrm.ops import tracking
 
-    tags = [RunTag("verdict", verdict.label), RunTag("model_version", str(registered.version)), RunTag("champion_version", str(champion))]
-    metrics = tracking.as_metrics({f"seconds.{name}": float(value) for name, value in seconds.items()})
-    tracking.log_batch(tracking.tracking_uri(config), run_id, tags=tags, metrics=metrics, what=f"logging the summary of run {run_id}")
+    uri = tracking.tracking_uri(config)
+    tags = [RunTag("verdict", result.status), RunTag("model_version", str(result.registered.version)),
+            RunTag("champion_version", str(result.champion_version))]
+    metrics = tracking.as_metrics({f"seconds.{name}": float(value) for name, value in result.seconds.items()})
+    tracking.log_batch(uri, run_id, tags=tags, metrics=metrics, what=f"logging the summary of run {run_id}")
+    report = report_markdown(result)
+    c = _client(config)
+    tracking.with_server_retries(uri, lambda: c.log_text(run_id, report, REPORT_FILE), f"logging {REPORT_FILE} to run {run_id}")
+    full = f"the full report is the artifact `{REPORT_FILE}` of MLflow run {run_id}"
+    _describe_run(config, run_id, report)
+    name, version = config.registry.model_name, result.registered.version
+    tracking.with_server_retries(
+        uri, lambda: c.update_model_version(name, str(version), description=fit_markdown(report, VERSION_DESCRIPTION_LIMIT, full=full)),
+        f"describing version {version} of {name}",
+    )
+
+
+#: the parent run's artifact holding its whole report
+REPORT_FILE = "report.md"
+#: MLflow's limits, in characters, on a run's description (a tag value) and a version's
+RUN_DESCRIPTION_LIMIT = 8000
+VERSION_DESCRIPTION_LIMIT = 5000
+
+
+def _describe_run(config: PipelineConfig, run_id: str, markdown: str) -> None:
+    """``markdown`` as the description of ``run_id`` (the note the MLflow UI shows on its page),
+    within :data:`RUN_DESCRIPTION_LIMIT`."""
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    from orchrm.ops import tracking
+
+    uri = tracking.tracking_uri(config)
+    text = fit_markdown(markdown, RUN_DESCRIPTION_LIMIT, full=f"the full report is the artifact `{REPORT_FILE}` of this run")
+    c = _client(config)
+    tracking.with_server_retries(uri, lambda: c.set_tag(run_id, MLFLOW_RUN_NOTE, text), f"describing run {run_id}")
+
+
+def fit_markdown(markdown: str, limit: int, *, full: str) -> str:
+    """``markdown`` in at most ``limit`` characters: unchanged when it fits, else whole ``## ``
+    sections left out, the per-domain best-of-N tables first (the all-domain one, the gates and
+    the verdict come first and stay), then from the end; a last line says what was left out and
+    where the whole is (``full``)."""
+    if len(markdown) <= limit:
+        return markdown
+    head, *rest = markdown.split("\n## ")
+    sections = [f"## {s}" for s in rest]
+    order = [i for i, s in enumerate(sections) if s.startswith("## Best-of-N: ") and not s.startswith("## Best-of-N: all")]
+    order += [i for i in reversed(range(len(sections))) if i not in order]
+    kept = set(range(len(sections)))
+    for i in order:
+        titles = [sections[j].splitlines()[0].removeprefix("## ") for j in sorted(set(range(len(sections))) - kept | {i})]
+        note = f"\n\n_Left out here: {', '.join(titles)}; {full}._"
+        kept.discard(i)
+        text = "\n## ".join([head, *(sections[j].removeprefix("## ") for j in sorted(kept))]) + note
+        if len(text) <= limit:
+            return text
+    return (head[: max(0, limit - len(full) - 8)] + f"\n\n_… {full}._")[:limit]
 
 
 def reevaluate_champion(
@@ -625,6 +691,7 @@ def _reevaluate(config: PipelineConfig, champion: int, inputs: Callable[[str], t
     seed = config.evaluate.seed
     parent = tracking.start_run(config, "reevaluate", tags={"champion_version": str(champion), "evaluate.seed": str(seed), "orchrm.run_dir": str(out)})
     try:
+        tracking.log_config(config, run_id=parent)
         pairs, pool, what = inputs(parent)
         tag_pool(config, parent, pool.kind)
         _client(config).set_tag(parent, POOL_SOURCE_TAG, what)
@@ -636,12 +703,18 @@ def _reevaluate(config: PipelineConfig, champion: int, inputs: Callable[[str], t
     except BaseException:
         tracking.end_run(config, parent, status="FAILED")
         raise
-    _client(config).set_tag(parent, "verdict", verdict.label)
-    tracking.end_run(config, parent)
     state = "still passes every gate" if verdict.passed else f"now fails {', '.join(g.name for g in verdict.failed())}"
     message = f"champion version {champion} on a {what} {state}" if pool.kind == "replay" else f"champion version {champion} on {what} {state}"
+    result = Reevaluation(champion_version=champion, pool=pool, evaluation=evaluation, verdict=verdict, message=message)
+    try:
+        _client(config).set_tag(parent, "verdict", verdict.label)
+        _describe_run(config, parent, reevaluation_markdown(result))
+    except BaseException:
+        tracking.end_run(config, parent, status="FAILED")
+        raise
+    tracking.end_run(config, parent)
     say(message)
-    return Reevaluation(champion_version=champion, pool=pool, evaluation=evaluation, verdict=verdict, message=message)
+    return result
 
 
 #: the MLflow tag of a ``reevaluate`` run naming its pool in words (``replay of 12 held-out tasks of night-9.parquet``)

@@ -44,6 +44,11 @@ CHAMPION_EVALUATED_TAG = "orchrm.champion_version"
 #: prefix of the champion's metrics logged in a candidate's run (same pool, same run)
 CHAMPION_PREFIX = "champion."
 
+#: experiment tag the MLflow UI reads to choose its view: ``custom_model_development`` opens on the
+#: training runs, where an experiment without it opens on the GenAI overview ("Traces 0")
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
 #: tracking-server retries: attempts, and the longest wait between two (seconds)
 SERVER_ATTEMPTS = 4
 SERVER_MAX_WAIT_S = 2.0
@@ -185,9 +190,12 @@ def configure(config: PipelineConfig) -> str:
 
     def get_or_create() -> str:
         exp = c.get_experiment_by_name(config.registry.experiment)
-        if exp is not None:
-            return exp.experiment_id
-        return c.create_experiment(config.registry.experiment, artifact_location=artifact_root(config))
+        if exp is None:
+            return c.create_experiment(config.registry.experiment, artifact_location=artifact_root(config),
+                                       tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        if EXPERIMENT_KIND_TAG not in exp.tags:  # made before the kind was set; a kind set by hand stays
+            c.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return exp.experiment_id
 
     return with_server_retries(uri, get_or_create, f"creating experiment {config.registry.experiment!r}")
 
@@ -291,8 +299,16 @@ def _git_commit(where: str) -> str:
 # logging
 
 
+#: a key MLflow accepts in a param or metric name
+_NAME_PART = r"[\w\-. :/]+"
+
+
 def _flat(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, Mapping):
+    """``(dotted key, leaf)`` pairs of nested mappings; a mapping whose keys MLflow would not
+    accept in a name (``op_error: {"+": 0.1}``) stays one leaf, logged as JSON."""
+    import re
+
+    if isinstance(value, Mapping) and value and all(re.fullmatch(_NAME_PART, str(k)) for k in value):
         for k, v in value.items():
             yield from _flat(f"{prefix}.{k}" if prefix else str(k), v)
     else:
@@ -307,6 +323,43 @@ def as_params(values: Mapping[str, Any]) -> list:
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         out.append(Param(key, text[:6000]))  # MLflow's limit on a param value
     return out
+
+
+#: a config key whose value is a credential, never logged (``***`` instead): ``password``,
+#: ``api_key``, ``auth_token``, ``client_secret``... (not ``max_tokens``)
+SECRET_KEY = r"(^|_)(password|passwd|secret|api_key|apikey|access_key|token|auth_string|credentials?)$"
+
+
+def redacted(values: Any) -> Any:
+    """``values`` (a config's ``model_dump``) with credentials masked, for logging: the value of a
+    key naming a secret (:data:`SECRET_KEY`) becomes ``***``, and a URI's ``user:password@`` part
+    is dropped (``http://u:p@host`` is logged as ``http://***@host``)."""
+    import re
+
+    if isinstance(values, Mapping):
+        return {k: "***" if v is not None and re.search(SECRET_KEY, str(k).lower()) else redacted(v) for k, v in values.items()}
+    if isinstance(values, list | tuple):
+        return [redacted(v) for v in values]
+    if isinstance(values, str):
+        return re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", values)
+    return values
+
+
+def log_config(config: PipelineConfig, *, run_id: str) -> None:
+    """Log the resolved config of a run to ``run_id``: every section as parameters (flattened,
+    ``evaluate.gates.min_pairwise_accuracy``; lists as JSON) and the whole as the artifact
+    ``config.yaml``, the file ``orchrm pipeline --config`` reads back. Credentials are masked
+    (:func:`redacted`)."""
+    import yaml
+
+    values = redacted(config.model_dump(mode="json"))
+    uri = tracking_uri(config)
+    log_batch(uri, run_id, params=as_params(values), what=f"logging the config to run {run_id}")
+    with tempfile.TemporaryDirectory(prefix="orchrm-config-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(values, sort_keys=False), encoding="utf-8")
+        c = client(uri)
+        with_server_retries(uri, lambda: c.log_artifact(run_id, str(path)), f"logging config.yaml to run {run_id}")
 
 
 def as_metrics(values: Mapping[str, float], *, step: int = 0, prefix: str = "") -> list:

@@ -84,3 +84,42 @@ def the_mlflow_ui_shows_what_the_demo_made(result, tmp_path) -> None:
         registered = api(ui, "registered-models/get", name="orchrm-reward")["registered_model"]
         aliases = {a["alias"]: int(a["version"]) for a in registered["aliases"]}
         assert aliases == {"champion": result.champion_version, "challenger": result.registered.version}
+        the_run_and_the_version_tell_the_story(ui, exp, result)
+
+
+def the_run_and_the_version_tell_the_story(ui: str, exp: dict, result) -> None:
+    """What a reviewer reads without opening a file: the experiment opens on training runs; the
+    parent run's parameters are the resolved config (the gates included), ``config.yaml`` is its
+    artifact, and its description, like the version's, is the report with every gate's figure
+    and threshold."""
+    import yaml
+
+    from tests.integration.mlflow_server import api
+
+    tags = {t["key"]: t["value"] for t in exp.get("tags", [])}
+    assert tags.get("mlflow.experimentKind") == "custom_model_development"
+    parent = api(ui, "runs/get", run_id=result.run_id)["run"]
+    params = {p["key"]: p["value"] for p in parent["data"]["params"]}
+    gates = result.verdict.gates
+    assert params["evaluate.gates.min_pairwise_accuracy"] == "0.0" and params["evaluate.gates.best_of"] == "4"
+    assert params["collect.tasks_per_domain"] == "4" and params["model.hidden_dim"] == "32"
+    config_file = api(ui, "artifacts/list", run_id=result.run_id)["files"]
+    assert {"config.yaml", "report.md"} <= {f["path"] for f in config_file}
+    note = {t["key"]: t["value"] for t in parent["data"]["tags"]}["mlflow.note.content"]
+    assert note.startswith("# OrchRM pipeline: promoted") and "| gate | value | threshold |" in note
+    for gate in gates:
+        assert f"| {gate.name} |" in note, gate.name
+    version = api(ui, "model-versions/get", name="orchrm-reward", version=str(result.registered.version))["model_version"]
+    assert version["description"].startswith("# OrchRM pipeline: promoted") and "| pairwise_accuracy |" in version["description"]
+    assert len(version["description"]) <= 5000
+    logged = yaml.safe_load(api_text(ui, result.run_id, "config.yaml"))
+    assert logged["evaluate"]["gates"]["min_pairwise_accuracy"] == 0.0
+
+
+def api_text(ui: str, run_id: str, path: str) -> str:
+    """An artifact's text, as the MLflow UI fetches it."""
+    import httpx
+
+    answer = httpx.get(f"{ui}/get-artifact", params={"path": path, "run_uuid": run_id}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.text
