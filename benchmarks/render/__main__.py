@@ -45,7 +45,7 @@ _ALL = {"best_of_n": best_of_n.BENCHMARK, "token_efficiency": token_efficiency.B
 #: every results file with a page, in the order of ``docs/results.md``
 BENCHMARKS: dict[str, Benchmark] = {stem: _ALL[stem] for stem in (
     "best_of_n", "token_efficiency", "plan_choice", "collect", "ingest", "pairs", "accuracy", "train", "latency", "registry",
-    "sweep_defaults")}
+    "serving_load", "sweep_defaults")}
 #: shown in ``docs/results.md`` even before its file exists (it says so)
 ALWAYS_SHOWN = ("token_efficiency",)
 START, END = "<!-- results:headline:start -->", "<!-- results:headline:end -->"

@@ -1,5 +1,5 @@
-"""The pages of the serving benchmarks: scoring latency (``latency.json``) and loading the champion
-from the registry (``registry.json``)."""
+"""The pages of the serving benchmarks: scoring latency (``latency.json``), loading the champion
+from the registry (``registry.json``) and the reward-model server under load (``serving_load.json``)."""
 
 from __future__ import annotations
 
@@ -112,9 +112,41 @@ def registry_section(res: Record) -> list[str]:
         f"{met(t['met'])}); identical rewards: {yes(tp.get('identical_rewards'))}.", ""]
 
 
+def _load_rows(res: Record) -> list[list[str]]:
+    return [[str(r["clients"]), str(r["requests"]), f"{r['wall_s']:.1f}", num(r["requests_per_s"], ".1f"),
+             num(r["candidates_per_s"], ".0f"), num(r["p50_ms"], ".1f"), num(r["p99_ms"], ".1f"), str(r["failed"])]
+            for r in res.rows("rows")]
+
+
+_LOAD_HEADER = ["clients", "requests", "s", "requests/s", "candidates/s", "p50 ms", "p99 ms", "failed"]
+
+
+def serving_load_page(res: Record) -> list[str]:
+    server, bounds, m = res["server"], res["bounds"], res["machine"]
+    return [
+        "# The reward-model server under load: `mlflow models serve` of the champion, concurrent clients", "",
+        f"Model: {res['model']}, untrained weights (speed does not depend on them). Server: `{server['command']}` on "
+        f"loopback ({server['workers']} uvicorn worker(s), {server['torch_threads_per_worker']} torch thread(s) each). "
+        f"Each request scores the {res['candidates_per_request']} candidate plans of one of {res['questions']} built-in "
+        f"questions; each client is a thread with one HTTP connection; a level ends after {bounds['requests']} requests "
+        f"or {bounds['seconds']:g} s. Latency is the client's: request sent to answer parsed. Clients and server shared "
+        f"the machine's {m['cpus']} CPU(s) with other jobs (load average at the end {m['load_average'][0]:.1f}).", "",
+        *table(_LOAD_HEADER, _load_rows(res)), "",
+        f"Failed requests: {res['failed']} (must be 0). Served rewards equal `model.score` of the same rows: "
+        f"{yes(res['served_rewards_match_model_score'])}."]
+
+
+def serving_load_section(res: Record) -> list[str]:
+    return [*table(_LOAD_HEADER, _load_rows(res)), "",
+            f"`{res['server']['command']}`; {res['candidates_per_request']} candidates per request; failed requests: "
+            f"{res['failed']}.", ""]
+
+
 BENCHMARKS = {
     "latency": Benchmark("Scoring latency", "`model.score(question, plans)` for N candidates of one question, end to end.",
                          latency_page, latency_section),
     "registry": Benchmark("Serving from the registry", "Loading the champion in a cold process, and the pyfunc's throughput "
                           "against `model.score`.", registry_page, registry_section),
+    "serving_load": Benchmark("The reward-model server under load", "`mlflow models serve` of the champion at 1, 4 and 16 "
+                              "concurrent clients, 8 candidates per request.", serving_load_page, serving_load_section),
 }

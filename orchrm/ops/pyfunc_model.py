@@ -4,8 +4,11 @@ MLflow executes this file when it loads the model; :func:`mlflow.models.set_mode
 class. Input: a DataFrame with string columns ``prompt`` and ``action``, in the formats the model
 was trained on (:mod:`orchrm.model.texts`: a plan is scored under ``plan_prompt(question)``, a
 node's output as ``node_action`` under ``node_prompt``); output: a DataFrame with one float column
-``reward`` (``BradleyTerryModel.score`` of each row). The weights are the model's safetensors
-file, the artifact ``model``.
+``reward`` (``BradleyTerryModel.score`` of each row); the parameter ``normalize`` (boolean,
+default false, declared in the signature) asks for rewards normalised by the training rewards'
+mean and std. The weights are the model's safetensors file, the artifact ``model``. The orchrm
+it imports is the model's own ``code/orchrm`` (MLflow puts ``code/`` first on ``sys.path``), unless
+the loading process imported orchrm before.
 
 The texts of an intermediate step depend on the format the model's intermediate pairs were
 written in (``node`` or ``plan_prefix``), which its manifest records: ``intermediate_format``
@@ -61,7 +64,8 @@ class RewardModelPyfunc(mlflow.pyfunc.PythonModel):
             raise ValueError(f"input lacks column(s) {missing}: send rows with string columns 'prompt' and 'action'")
         prompts = frame["prompt"].astype(str).tolist()
         actions = frame["action"].astype(str).tolist()
-        rewards = self.model.score(prompts, actions).numpy() if actions else []
+        normalize = bool((params or {}).get("normalize", False))
+        rewards = self.model.score(prompts, actions, normalize=normalize).numpy() if actions else []
         return pd.DataFrame({"reward": pd.Series(rewards, dtype="float32")}, index=frame.index)
 
 

@@ -73,31 +73,55 @@ def _model_file(model_dir_or_file: str | os.PathLike) -> Path:
     return path
 
 
+#: the project's code, shipped inside the pyfunc (its ``code/orchrm``): orchrm is not on a package
+#: index, so a fresh environment (``mlflow models serve --env-manager virtualenv``, an image from
+#: ``mlflow models generate-dockerfile``) gets it from the model, which MLflow puts on ``sys.path``
+#: when it loads the pyfunc
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: the distributions loading and scoring import (the model, its config and texts, ``predict``):
+#: orchrm's core, less what only the registry client needs; none of the ``[pipeline]`` extra
+SERVING_DISTRIBUTIONS = (
+    "mlflow-skinny", "torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pydantic", "pyyaml", "tqdm",
+)
+#: where pip finds torch's CPU build: PyPI's Linux torch is the CUDA build (several GB of nvidia-*
+#: wheels) that a CPU scoring server never uses; the CPU index holds the same version as ``+cpu``
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
 def pip_requirements() -> list[str]:
-    """What the pyfunc needs installed to load and score, pinned to the versions that logged it:
-    orchrm's core (``pip install orchrm``), MLflow's client (``mlflow-skinny``, not the server) and
-    the libraries the model and ``predict`` import; none of the ``[pipeline]`` extra."""
+    """What a fresh environment installs to load and score the pyfunc (its ``requirements.txt``):
+    :data:`SERVING_DISTRIBUTIONS` pinned to the versions that logged it, behind an
+    ``--extra-index-url`` line for torch's CPU build. orchrm itself is not listed: it travels with
+    the model (:data:`PACKAGE_DIR`).
+
+    A pin drops the local version label (``torch==2.13.0``, not ``2.13.0+cpu``, which no index but
+    the CPU one holds), so the same version resolves wherever pip looks; with the CPU index beside
+    PyPI, pip takes ``2.13.0+cpu`` (a local label sorts after the bare version; on macOS and
+    Windows PyPI's torch is the CPU build anyway). A server with a GPU runs in an environment of
+    its own with CUDA torch (``mlflow models serve --env-manager local``)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out = []
-    for dist in ("orchrm", "mlflow-skinny", "torch", "transformers", "tokenizers", "safetensors", "numpy", "pandas", "pydantic", "pyyaml"):
+    out = [f"--extra-index-url {TORCH_CPU_INDEX}"]
+    for dist in SERVING_DISTRIBUTIONS:
         try:
-            out.append(f"{dist}=={version(dist)}")
+            out.append(f"{dist}=={version(dist).partition('+')[0]}")
         except PackageNotFoundError:
             out.append(dist)
     return out
 
 
 def signature_and_example() -> tuple[Any, pd.DataFrame]:
-    """The pyfunc's signature (``prompt``, ``action`` strings -> ``reward`` float) and an input
-    example of two rows."""
+    """The pyfunc's signature (``prompt``, ``action`` strings -> ``reward`` float; parameter
+    ``normalize``, a boolean, default false: rewards as ``(r - reward_mean) / reward_std`` of the
+    training rewards, :meth:`BradleyTerryModel.score`) and an input example of two rows."""
     import pandas as pd
     from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema
+    from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
     signature = ModelSignature(
         inputs=Schema([ColSpec("string", "prompt"), ColSpec("string", "action")]),
         outputs=Schema([ColSpec("float", "reward")]),
+        params=ParamSchema([ParamSpec("normalize", "boolean", False)]),
     )
     example = pd.DataFrame(
         {
@@ -112,8 +136,9 @@ def log_model(model_dir_or_file: str | os.PathLike, *, run_id: str, config: Pipe
     """Log a saved reward model as a pyfunc of ``run_id``; returns its ``models:/<model_id>`` URI.
 
     The Python class is :mod:`orchrm.ops.pyfunc_model`, logged from code (no cloudpickle); the weights
-    are the model's safetensors file, an artifact of the pyfunc; the signature, an input example
-    and explicit pip requirements go with it."""
+    are the model's safetensors file, an artifact of the pyfunc; the orchrm package goes with it as
+    code (:data:`PACKAGE_DIR`), and so do the signature, an input example and explicit pip
+    requirements (:func:`pip_requirements`)."""
     import mlflow.pyfunc
     from mlflow.models import Model
 
@@ -137,6 +162,7 @@ def log_model(model_dir_or_file: str | os.PathLike, *, run_id: str, config: Pipe
             run_id=run_id,
             python_model=str(PYFUNC_CODE),
             artifacts={"model": str(file)},
+            code_paths=[str(PACKAGE_DIR)],
             signature=signature,
             input_example=example,
             pip_requirements=pip_requirements(),

@@ -235,6 +235,10 @@ def test_pyfunc_predict_on_a_dataframe_equals_model_score(store):
     assert list(out.columns) == ["reward"]
     expected = store.good.score(frame["prompt"].tolist(), frame["action"].tolist()).numpy()
     assert (out["reward"].to_numpy() == expected).all()
+    # the signature's parameter `normalize` reaches BradleyTerryModel.score
+    normalized = pyfunc.predict(frame, params={"normalize": True})["reward"].to_numpy()
+    assert (normalized == store.good.score(frame["prompt"].tolist(), frame["action"].tolist(), normalize=True).numpy()).all()
+    assert not (normalized == expected).all()
 
 
 def test_the_pyfunc_carries_signature_example_and_requirements(store):
@@ -245,6 +249,7 @@ def test_the_pyfunc_carries_signature_example_and_requirements(store):
     meta = Model.load(local / "MLmodel")
     assert [c["name"] for c in meta.signature.inputs.to_dict()] == ["prompt", "action"]
     assert [c["name"] for c in meta.signature.outputs.to_dict()] == ["reward"]
+    assert meta.signature.params.to_dict() == [{"name": "normalize", "type": "boolean", "default": False, "shape": None}]
     assert meta.saved_input_example_info is not None
     assert (local / "artifacts" / "model.safetensors").is_file()
     # logged from code: the class is the copied source file, no pickled instance
@@ -253,6 +258,9 @@ def test_the_pyfunc_carries_signature_example_and_requirements(store):
     reqs = (local / "requirements.txt").read_text()
     # the lean set (tests/unit/test_extras.py checks the whole list): MLflow's client, not the server
     assert "torch==" in reqs and "mlflow-skinny==" in reqs and "mlflow==" not in reqs
+    # orchrm is on no index: it travels as the model's code (tests/integration/test_serving.py loads it without orchrm installed)
+    assert "orchrm" not in reqs
+    assert meta.flavors["python_function"]["code"] == "code" and (local / "code" / "orchrm" / "model" / "reward_model.py").is_file()
 
 
 def test_a_missing_alias_says_how_to_get_one(store):

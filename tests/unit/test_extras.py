@@ -210,13 +210,15 @@ def test_every_package_orchrm_imports_is_declared_and_what_loads_with_a_module_i
     assert not_core == {}
 
 
-def test_the_pyfunc_requires_the_lean_set_pinned():
+def test_the_pyfunc_requires_the_lean_set_pinned_and_not_orchrm():
+    """orchrm itself travels with the model as code (orchrm.ops.registry.PACKAGE_DIR): no index has it."""
     from orchrm.ops.registry import pip_requirements
 
-    reqs = [Requirement(r) for r in pip_requirements()]
+    reqs = [Requirement(r) for r in pip_requirements() if not r.startswith("--extra-index-url ")]
     listed = {canonicalize_name(r.name) for r in reqs}
-    assert {"orchrm", "mlflow-skinny", "torch", "transformers", "tokenizers", "safetensors", "pandas"} <= listed
-    assert listed - {"orchrm"} <= core_distributions()
+    assert {"mlflow-skinny", "torch", "transformers", "tokenizers", "safetensors", "pandas"} <= listed
+    assert "orchrm" not in listed
+    assert listed <= core_distributions()
     assert listed & pipeline_only_distributions() == set()
     assert all(str(r.specifier).startswith("==") for r in reqs if canonicalize_name(r.name) in installed())
 
