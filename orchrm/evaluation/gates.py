@@ -136,6 +136,27 @@ def describe_delta(key: str) -> str:
     return f"{'expected' if '.expected.' in key else 'realised'} quality of the best-of-{n} pick on the same pool tasks"
 
 
+#: per-domain task counts of the pool (``pool_tasks.<domain>``), one for every domain it had to cover
+POOL_TASKS_PREFIX = "pool_tasks."
+
+
+def _pool_domains(metrics: Mapping[str, float]) -> GateResult | None:
+    """``pool_domains``: every domain the pool had to cover (the collected ones) has a held-out
+    task in it, so no domain passes the gates unevaluated. None (no gate) where the metrics hold
+    no per-domain counts (a replay pool covers whatever the traces hold)."""
+    counts = {k.removeprefix(POOL_TASKS_PREFIX): int(v) for k, v in metrics.items() if k.startswith(POOL_TASKS_PREFIX)}
+    if not counts:
+        return None
+    empty = sorted(d for d, n in counts.items() if n == 0)
+    listed = ", ".join(f"{d} {n}" for d, n in sorted(counts.items()))
+    if empty:
+        return GateResult("pool_domains", False, float(len(empty)), 0.0,
+                          f"no held-out task of {', '.join(empty)} in the pool ({listed} tasks): its figures say nothing "
+                          "of that domain. Collect fewer tasks of it, raise evaluate.tasks_per_domain, or leave it out of "
+                          "collect.domains")
+    return GateResult("pool_domains", True, 0.0, 0.0, f"every collected domain has held-out tasks ({listed})")
+
+
 def _beats_champion(metrics: Mapping[str, float], gates: GatesConfig, n: int, *, no_pool: bool) -> GateResult:
     """``beats_champion``: the lower bound of the paired bootstrap interval of (candidate -
     champion) must exceed ``champion_margin``; a difference whose interval reaches the margin
@@ -164,7 +185,9 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
     ``max_scoring_latency_ms``) and ``beats_champion`` (the lower bound of the paired bootstrap
     interval of candidate minus champion on the same pool, ``champion_delta.*`` in ``metrics``,
     > ``champion_margin``; passes with "no champion yet" when ``champion`` is None, which is
-    otherwise the champion's metrics of the same run; when enabled). Best-of-N figures are
+    otherwise the champion's metrics of the same run; when enabled), and ``pool_domains`` (every
+    collected domain has held-out tasks in the pool; where the metrics hold ``pool_tasks.<domain>``
+    counts, as a sandbox pool's do). Best-of-N figures are
     expected quality where measured (see :func:`_quality_key`), at :func:`gates_n`.
 
     A pool without best-of-N (``pool_tasks`` 0: no held-out task with two distinct plans) leaves
@@ -214,6 +237,10 @@ def check_gates(metrics: Mapping[str, float], gates: GatesConfig, *, champion: M
                                   f"p50 {v:.1f} ms to score {scored} candidates {'<=' if v <= t else '>'} {t:.1f} ms"))
     else:
         results.append(_missing("scoring_latency", key))
+
+    covered = _pool_domains(metrics)
+    if covered is not None:
+        results.append(covered)
 
     if gates.beat_champion:
         if champion is None:

@@ -157,6 +157,9 @@ def _model_results(model: Any, pairs: pd.DataFrame, pool: CandidatePool, reading
     metrics["scoring_latency_ms_p50"] = latency["p50_ms"]
     metrics["scoring_latency_candidates"] = float(n)
     metrics["pool_tasks"] = float(pool.tasks)
+    per_domain = pool.frame.groupby("domain")["task_id"].nunique()
+    for domain in pool.meta.get("domains", ()):  # the domains the pool had to cover, 0 where it has none
+        metrics[f"pool_tasks.{domain}"] = float(per_domain.get(domain, 0))
     metrics["pool_candidates"] = float(pool.candidates)
     metrics = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
     latency_table = pd.DataFrame([{"N": n, **latency}])

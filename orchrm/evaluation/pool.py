@@ -143,17 +143,18 @@ def _pool_rows(tasks: Sequence[Any], *, candidates: int, seed: int, pool_seeds: 
 
 def held_out_tasks(config: PipelineConfig) -> list[Any]:
     """``config.evaluate.tasks_per_domain`` tasks per collected domain from ``config.evaluate.seed``
-    that the collection (``config.collect``) does not also draw: a real data set sampled with two
-    seeds can repeat items, and evaluation never sees a training task. A domain whose data set
-    runs out gives fewer tasks, with a warning."""
+    that the collection (``config.collect``) does not also draw: a finite data set's come from its
+    held-out share (:func:`orchrm.execution.tasks.base.is_held_out`), which collection never
+    draws from, and a generator's from another seed, with any task the collection also draws left
+    out. A domain whose data set runs out gives fewer tasks, with a warning."""
     from orchrm.execution.tasks.base import load_tasks
 
     c, e = config.collect, config.evaluate
     tasks: list[Any] = []
     for domain in c.domains:
         source = c.source(domain)
-        seen = {t.task_id for t in load_tasks(domain, c.tasks_per_domain, seed=c.seed, source=source)}
-        drawn = load_tasks(domain, e.tasks_per_domain + len(seen), seed=e.seed, source=source)
+        seen = {t.task_id for t in load_tasks(domain, c.tasks_per_domain, seed=c.seed, source=source, part="collect")}
+        drawn = load_tasks(domain, e.tasks_per_domain + len(seen), seed=e.seed, source=source, part="held_out")
         kept = [t for t in drawn if t.task_id not in seen][: e.tasks_per_domain]
         if len(kept) < e.tasks_per_domain:
             log.warning("%s: only %d held-out tasks that the collection does not use (asked for %d)", domain, len(kept), e.tasks_per_domain)
@@ -222,6 +223,7 @@ def build_pool(
     from orchrm.util.progress import progress_bar
 
     e = config.evaluate
+    explicit = tasks
     tasks = list(held_out_tasks(config) if tasks is None else tasks)
     if not tasks:
         raise ConfigError("no held-out tasks to build a pool from: raise evaluate.tasks_per_domain")
@@ -258,8 +260,10 @@ def build_pool(
     finally:
         bar.close()
     frame = pd.DataFrame([r for rows in results for r in rows], columns=list(POOL_COLUMNS))
+    # the domains the pool must cover: the collected ones (the gate pool_domains fails on one without a task)
+    domains = sorted(set(config.collect.domains) if explicit is None else {t.domain for t in tasks})
     meta = {"kind": "sandbox", "seed": e.seed, "candidates": e.candidates, "pool_seeds": list(e.pool_seeds),
-            "repeats": e.repeats, "tasks": len(tasks), "sampler": "base"}
+            "repeats": e.repeats, "tasks": len(tasks), "sampler": "base", "domains": domains}
     short = frame.groupby("task_id").size().lt(e.candidates * len(e.pool_seeds))
     if short.any():
         log.warning("%d task(s) have fewer than %d distinct candidate plans", int(short.sum()), e.candidates)

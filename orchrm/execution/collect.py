@@ -215,8 +215,10 @@ def parse_sources(text: str) -> str | dict[str, str]:
 
 
 def load_domain_tasks(domains: Sequence[str], n: int, seed: int, source: str | Mapping[str, str] | None) -> list[Task]:
-    """Tasks of every domain. ``source``: one name for all, or ``{domain: name}`` (domains not
-    collected now may be named too; a name that is no domain with task sources is refused)."""
+    """Tasks of every domain, for collection: a finite data set's from outside its held-out share
+    (:func:`orchrm.execution.tasks.base.load_tasks`, ``part="collect"``). ``source``: one name for
+    all, or ``{domain: name}`` (domains not collected now may be named too; a name that is no
+    domain with task sources is refused)."""
     if isinstance(source, Mapping):
         known = {d for d, _ in sources()}
         unknown = sorted(set(source) - known)
@@ -228,7 +230,7 @@ def load_domain_tasks(domains: Sequence[str], n: int, seed: int, source: str | M
     tasks: list[Task] = []
     for d in domains:
         src = source.get(d, "builtin") if isinstance(source, Mapping) else (source or "builtin")
-        tasks.extend(load_tasks(d, n, seed=seed, source=src))
+        tasks.extend(load_tasks(d, n, seed=seed, source=src, part="collect"))
     return tasks
 
 

