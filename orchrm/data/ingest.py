@@ -324,7 +324,8 @@ _CELL_CHECKS = (_text_problems, _id_problems, _number_problems, _time_and_parent
 
 
 def _parse_plans(df: pd.DataFrame) -> tuple[_Plans, list[str]]:
-    """Parse each distinct ``<agent>`` plan text once; the problems: blank or invalid plan texts,
+    """Parse each distinct ``<agent>`` plan text once (ours, or MAS-Orchestra's ``<agent>`` blocks:
+    :meth:`Plan.parse` reads both); the problems: blank or invalid plan texts,
     and rows whose ``node_id`` is none of their plan's agents (unless marked ``is_final``: a final
     reply written by a step after the plan)."""
     if "plan_text" not in df.columns:
@@ -333,14 +334,16 @@ def _parse_plans(df: pd.DataFrame) -> tuple[_Plans, list[str]]:
     plans: list[Plan] = []
     plan_of_text = np.full(len(texts), -1)
     bad_text = np.zeros(len(texts), dtype=bool)
+    first_error = ""
     for k, text in enumerate(texts):
         if not isinstance(text, str) or not text.strip():
             bad_text[k] = True
         elif "<agent" in text:
             try:
                 plans.append(Plan.parse(text))
-            except Exception:
+            except Exception as e:
                 bad_text[k] = True
+                first_error = first_error or f"; the first: {e}"
                 continue
             plan_of_text[k] = len(plans) - 1
     row_plan = plan_of_text[row_text]
@@ -350,8 +353,8 @@ def _parse_plans(df: pd.DataFrame) -> tuple[_Plans, list[str]]:
     problems = []
     if bad_text[row_text].any():
         problems.append(
-            f"column 'plan_text': empty or an invalid <agent .../> plan in rows {_rows_text(df.index[bad_text[row_text]])} "
-            "(check it with orchrm.plans.Plan.parse)"
+            f"column 'plan_text': empty or an invalid <agent .../> (or MAS-Orchestra <agent>) plan in rows "
+            f"{_rows_text(df.index[bad_text[row_text]])}{first_error} (check it with orchrm.plans.Plan.parse)"
         )
     if off_plan.any():
         problems.append(

@@ -75,6 +75,55 @@ def test_rows_of_an_agent_plan_take_their_nodes_type_depth_and_parents_from_it()
     assert given["agent"].tolist() == ["searcher", "CoT"] and given["depth"].tolist() == [0, 5]
 
 
+MAS_PLAN = """<thinking>Look the fact up, then answer from it.</thinking>
+<agent>
+  <agent_id>WS</agent_id>
+  <agent_name>WebSearchAgent</agent_name>
+  <agent_description>Find the capital.</agent_description>
+  <required_arguments>
+    <agent_input>capital of France</agent_input>
+    <queries>1</queries>
+    <top_k>3</top_k>
+  </required_arguments>
+</agent>
+<agent>
+  <agent_id>ANSWER</agent_id>
+  <agent_name>SCAgent</agent_name>
+  <agent_description>Answer from the snippets.</agent_description>
+  <required_arguments>
+    <agent_input>Snippets: ${WS}</agent_input>
+    <k>3</k>
+  </required_arguments>
+</agent>
+<edge>
+  <from>WS</from><to>ANSWER</to>
+</edge>"""
+
+
+def test_a_trace_file_of_mas_orchestra_plans_ingests_into_structured_plans(tmp_path):
+    traces, out = tmp_path / "mas.jsonl", tmp_path / "artifacts.parquet"
+    pd.DataFrame({
+        "task_id": ["t1", "t1"], "question": ["Capital of France?"] * 2, "plan_text": [MAS_PLAN] * 2, "node_id": ["WS", "ANSWER"],
+        "content": ["Paris is the capital of France.", "Answer: Paris"], "answer": [None, "Paris"], "reference": ["Paris"] * 2,
+    }).to_json(traces, orient="records", lines=True)
+    assert main(["ingest", "--traces", str(traces), "--out", str(out)]) == 0
+    artifacts = read_table(out)
+    assert set(artifacts.plan_text) == {
+        '<agent id="WS" type="WebSearch" queries="1" top_k="3"/>\n<agent id="ANSWER" type="SelfConsistency" model="small" k="3"/>\n'
+        '<edge from="WS" to="ANSWER"/>'
+    }
+    assert artifacts.agent.tolist() == ["WebSearch", "SelfConsistency"] and artifacts.depth.tolist() == [0, 1]
+    assert [list(p) for p in artifacts.parent_ids] == [[], ["WS"]] and artifacts.is_final.tolist() == [False, True]
+    assert artifacts.quality.iloc[1] == 1.0
+
+
+def test_an_invalid_mas_orchestra_plan_is_refused_saying_why():
+    bad = MAS_PLAN.replace("SCAgent", "PlannerAgent")
+    traces = _traces().drop(columns=["node_id", "agent"]).assign(plan_text=bad)
+    with pytest.raises(TraceSchemaError, match=r"column 'plan_text': .* in rows 0, 1, 2, 3; the first: <agent> block 2 \('ANSWER'\): unknown agent_name 'PlannerAgent'"):
+        ingest_traces(traces)
+
+
 DESK_PLAN = (
     '<agent id="a1" type="WebSearch" queries="2" top_k="5" role="kb_search"/>\n'
     '<agent id="a2" type="CoT" model="small" role="kb_reply"/>\n<edge from="a1" to="a2"/>'
