@@ -28,6 +28,19 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (a weight)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
 def positive_int(text: str) -> int:
     return _int_at_least(text, 1)
 
@@ -219,12 +232,14 @@ def _cmd_rank(args: argparse.Namespace) -> int:
     model = _load_model_arg(args.model, config)
     task = task_from_text(args.question, domain=None if args.domain == "auto" else args.domain)
     orch = TestTimeScalableOrchestrator(
-        reward_model=model, num_candidates=args.n, executor=MultiAgentExecutor(orchestrator=args.orchestrator, seed=args.seed)
+        reward_model=model, num_candidates=args.n, executor=MultiAgentExecutor(orchestrator=args.orchestrator, seed=args.seed),
+        cost_weight=args.cost_weight,
     )
     _, ranked, scoring_tokens = orch.rank(task)
     print(f"{len(ranked)} candidate plans for [{task.domain}] {task.question}  (scoring read {scoring_tokens} tokens)")
     for i, cand in enumerate(ranked, 1):
-        print(f"\n#{i}  reward {cand.score:+.4f}")
+        weighed = f"  (normalised reward - {args.cost_weight:g} x cost {cand.cost:g})" if cand.cost is not None else ""
+        print(f"\n#{i}  {'score' if weighed else 'reward'} {cand.score:+.4f}{weighed}")
         print("    " + cand.text.replace("\n", "\n    "))
     return 0
 
@@ -398,6 +413,9 @@ def _rank_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=positive_int, default=5, help="candidate plans (default: 5)")
     p.add_argument("--orchestrator", choices=("default", "base", "specialized"), default="default", help="plan sampler (default: default)")
     p.add_argument("--seed", type=seed_int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--cost-weight", type=non_negative_float, default=0.0, metavar="LAMBDA",
+                   help="rank by normalised reward - LAMBDA x the plan's cost from its text (default 0: reward alone); "
+                        "choose it for a token budget with orchrm.evaluation.cost_aware.choose_cost_weight")
     p.add_argument("--config", default=None, help="YAML config (registry: section)")
 
 

@@ -21,6 +21,7 @@ writes the pair table with; scoring tokens are counted by :func:`orchrm.model.sc
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -205,10 +206,16 @@ def _as_model(reward_model: BradleyTerryModel | str | os.PathLike) -> BradleyTer
 
 @dataclass(frozen=True)
 class ScoredPlan:
-    """One candidate plan and its reward (higher is better)."""
+    """One candidate plan and its score (higher is better): the reward, or with a cost weight
+    ``λ`` the normalised reward minus ``λ`` times the plan's cost (then ``reward`` and ``cost`` say
+    which)."""
 
     plan: Plan
     score: float
+    #: the reward model's reward (the score itself without a cost weight)
+    reward: float | None = None
+    #: the plan's rough cost from its text (:func:`orchrm.execution.tasks.base.plan_cost`), where weighed
+    cost: float | None = None
 
     @property
     def text(self) -> str:
@@ -277,9 +284,29 @@ class TestTimeScalableOrchestrator(_ScoredOrchestrator):
     best one executed.
 
     ``reward_model``: a :class:`BradleyTerryModel`, or a URI/path for :func:`load_reward_model`.
+
+    ``cost_weight`` ``λ`` (default 0: the highest reward wins) ranks by normalised reward minus
+    ``λ`` times the plan's cost from its text (:mod:`orchrm.evaluation.cost_aware`), so a cheaper
+    plan wins unless the model rates a pricier one enough higher;
+    :func:`orchrm.evaluation.cost_aware.choose_cost_weight` chooses ``λ`` on validation tasks for
+    a token budget.
     """
 
     __test__ = False  # not a pytest test class despite its name
+
+    def __init__(
+        self,
+        reward_model: BradleyTerryModel | str | os.PathLike,
+        num_candidates: int = 5,
+        executor: MultiAgentExecutor | None = None,
+        *,
+        seed: int | None = None,
+        cost_weight: float = 0.0,
+    ) -> None:
+        super().__init__(reward_model, num_candidates, executor, seed=seed)
+        if not isinstance(cost_weight, int | float) or not math.isfinite(cost_weight) or cost_weight < 0:
+            raise ValueError(f"cost_weight must be a finite number >= 0, got {cost_weight!r}")
+        self.cost_weight = float(cost_weight)
 
     def rank(self, task: Task | str) -> tuple[Task, tuple[ScoredPlan, ...], int]:
         """The task, its candidates scored and sorted best first, and the scoring tokens; nothing runs."""
@@ -287,9 +314,21 @@ class TestTimeScalableOrchestrator(_ScoredOrchestrator):
         task = executor.as_task(task)
         plans = executor.sample_plans(task, self.num_candidates, seed=self.seed)
         prompt, texts = plan_prompt(task.question), [p.render() for p in plans]
-        rewards = self.reward_model.score(prompt, texts).tolist()
-        order = sorted(range(len(plans)), key=lambda i: (-rewards[i], i))  # ties: sampling order
-        scored = tuple(ScoredPlan(plans[i], float(rewards[i])) for i in order)
+        rewards = [float(r) for r in self.reward_model.score(prompt, texts).tolist()]
+        if self.cost_weight:
+            from orchrm.evaluation.cost_aware import (
+                cost_aware_scores,
+                normalised_rewards,
+                plan_costs,
+            )
+
+            costs = plan_costs(texts)
+            scores = cost_aware_scores(normalised_rewards(self.reward_model, rewards), costs, self.cost_weight)
+        else:
+            costs, scores = [None] * len(plans), rewards
+        order = sorted(range(len(plans)), key=lambda i: (-scores[i], i))  # ties: sampling order
+        scored = tuple(ScoredPlan(plans[i], float(scores[i]), reward=float(rewards[i]),
+                                  cost=None if costs[i] is None else float(costs[i])) for i in order)
         return task, scored, scoring_tokens(self.reward_model, prompt, texts).total
 
     def execute(self, task: Task | str) -> OrchestrationResult:

@@ -339,6 +339,14 @@ def test_cli_rank_prints_the_candidates_best_first(store, tmp_path, capsys):
     out = capsys.readouterr().out
     scores = [float(line.split("reward ")[1]) for line in out.splitlines() if line.startswith("#")]
     assert len(scores) == 4 and scores == sorted(scores, reverse=True)
+    # with a cost weight: scored by normalised reward - weight x cost, best first
+    assert main([*args, "--cost-weight", "0.05"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#")]
+    weighed = [float(line.split("score ")[1].split()[0]) for line in lines]
+    assert len(weighed) == 4 and weighed == sorted(weighed, reverse=True)
+    assert all("normalised reward - 0.05 x cost" in line for line in lines)
+    with pytest.raises(SystemExit):
+        main([*args, "--cost-weight", "-1"])
 
 
 # --------------------------------------------------------------------------------------------
