@@ -7,7 +7,6 @@ crash never leaves half a table behind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -17,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from orchrm.errors import OutputPathError, TraceSchemaError
+from orchrm.util.digests import table_digest
 from orchrm.util.fileio import atomic_write_bytes, folder_problem
 
 #: Artifact table: column -> (dtype family, meaning). One row per intermediate or final output.
@@ -66,15 +66,11 @@ DIGEST_COLUMNS: tuple[str, ...] = ("task_id", "prompt", "chosen", "rejected", "m
 
 
 def pairs_digest(df: pd.DataFrame) -> str:
-    """The digest of a pair table: a stable 16-hex hash of :data:`DIGEST_COLUMNS` (values and
-    order of the rows, not the index). The one digest of the pairs: a trained model's manifest
-    (``data_hash``) and the resume check of its checkpoints, the MLflow dataset the pipeline logs
-    and the ``data_digest`` of the registered version."""
-    h = hashlib.sha256()
-    for col in DIGEST_COLUMNS:
-        h.update(col.encode())
-        h.update(pd.util.hash_pandas_object(df[col].reset_index(drop=True), index=False).to_numpy().tobytes())
-    return h.hexdigest()[:16]
+    """The digest of a pair table: :func:`orchrm.util.digests.table_digest` of
+    :data:`DIGEST_COLUMNS` (values and order of the rows, not the index). The one digest of the
+    pairs: a trained model's manifest (``data_hash``) and the resume check of its checkpoints, the
+    MLflow dataset the pipeline logs and the ``data_digest`` of the registered version."""
+    return table_digest(df, DIGEST_COLUMNS)
 
 
 def check_output_table(path: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = ()) -> Path:

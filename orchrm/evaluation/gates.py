@@ -113,6 +113,8 @@ def gates_n(metrics: Mapping[str, float], gates: GatesConfig) -> int:
 
 #: prefix of the paired candidate-minus-champion metrics (:func:`orchrm.evaluation.harness.evaluate` writes them)
 CHAMPION_DELTA = "champion_delta"
+#: prefix of the champion's own metrics logged in a candidate's run (same pool, same run)
+CHAMPION_PREFIX = "champion."
 
 
 def champion_delta_key(metrics: Mapping[str, float], n: int, *, no_pool: bool) -> str:

@@ -187,6 +187,14 @@ class CandidatePool:
     def tasks(self) -> int:
         return int(self.frame["task_id"].nunique())
 
+    def digest(self) -> str:
+        """The pool's one digest (:func:`orchrm.util.digests.table_digest` of :data:`POOL_COLUMNS`,
+        rows in the pool's own order): the MLflow data set's (context ``evaluation``), so two
+        evaluations on the same candidates and executions name the same pool."""
+        from orchrm.util.digests import table_digest
+
+        return table_digest(self.frame, POOL_COLUMNS)
+
     def save(self, path: str | os.PathLike) -> Path:
         """Write the pool to a Parquet file atomically (``meta`` in the file's key-value metadata)."""
         import pyarrow as pa

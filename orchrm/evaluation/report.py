@@ -1,4 +1,8 @@
 """The evaluation report: the flat metrics, the tables behind them and their markdown.
+
+Metric names are flat, with N inside (``best_of_4.reward_model.math``): the gates and promotion
+read them by name. :func:`best_of_n_curves` gives the same figures once more as one series per
+selector (``best_of_n.reward_model.math``) with N as the step, for a plot of quality against N.
 """
 
 from __future__ import annotations
@@ -6,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,11 +19,55 @@ from typing import Any
 import pandas as pd
 
 from orchrm.config import EvaluateConfig
-from orchrm.evaluation.gates import CHAMPION_DELTA, champion_delta_key, describe_delta
+from orchrm.evaluation.gates import (
+    CHAMPION_DELTA,
+    CHAMPION_PREFIX,
+    champion_delta_key,
+    describe_delta,
+)
 from orchrm.evaluation.metrics import fmt_number
 from orchrm.evaluation.plots import plot_report
 from orchrm.evaluation.selectors import SELECTORS
 from orchrm.util.fileio import atomic_write_bytes
+
+#: a flat best-of-N name: what comes before ``best_of_<N>`` (``expected.``, ``tokens.``,
+#: ``champion_delta.``...), N, and what follows (``.<selector>[.<domain>]``, ``.ci_low``...)
+_BEST_OF_N_NAME = re.compile(r"^(?P<head>(?:[\w\-]+\.)*)best_of_(?P<n>\d+)(?P<tail>(?:\.[\w\-]+)*)$")
+#: bookkeeping of a paired difference, not a figure to plot against N
+_NOT_CURVES = (".tasks", ".resamples")
+#: the metrics measured on the held-out pairs (split ``test``); every other one on the candidate pool
+PAIR_METRICS = frozenset({"pairwise_accuracy", "bt_loss", "ece", "reward_mean", "reward_std", "pairs"})
+
+
+def best_of_n_curves(metrics: Mapping[str, float]) -> dict[str, dict[int, float]]:
+    """The flat best-of-N metrics as curves: ``{name: {N: value}}``, the name the flat one with
+    ``best_of_<N>`` read as ``best_of_n`` (the paired differences' ``.tasks`` and ``.resamples``
+    left out). Logged with step N, they let the MLflow UI draw quality against N.
+
+    >>> best_of_n_curves({"best_of_1.random": 0.4, "best_of_4.reward_model.math": 0.7, "best_of_1.reward_model.math": 0.4})
+    {'best_of_n.random': {1: 0.4}, 'best_of_n.reward_model.math': {1: 0.4, 4: 0.7}}
+    """
+    curves: dict[str, dict[int, float]] = {}
+    for key, value in metrics.items():
+        match = _BEST_OF_N_NAME.match(key)
+        if match is None or key.endswith(_NOT_CURVES):
+            continue
+        name = f"{match['head']}best_of_n{match['tail']}"
+        curves.setdefault(name, {})[int(match["n"])] = value
+    return {name: dict(sorted(points.items())) for name, points in sorted(curves.items())}
+
+
+def measured_on(key: str) -> str:
+    """``"pairs"`` for a metric measured on the held-out pairs (pairwise accuracy, BT loss,
+    calibration, reward statistics, and the champion's and the paired difference's of them),
+    ``"pool"`` for every other one (best-of-N, gap closed, latency...): the data set a metric
+    is linked to in MLflow.
+
+    >>> measured_on("champion.pairwise_accuracy.plan.math"), measured_on("champion_delta.pairwise_accuracy.ci_low"), measured_on("best_of_4.random")
+    ('pairs', 'pairs', 'pool')
+    """
+    head = key.removeprefix(CHAMPION_PREFIX).removeprefix(f"{CHAMPION_DELTA}.").split(".")[0]
+    return "pairs" if head in PAIR_METRICS or head.startswith("pairwise_accuracy_") else "pool"
 
 
 @dataclass
@@ -73,6 +123,15 @@ class EvaluationReport:
             paths[name] = atomic_write_bytes(out / f"{name}.csv", lambda tmp, t=table: t.to_csv(tmp, index=False))
         paths |= plot_report(self, out)
         return paths
+
+    def curves(self) -> dict[str, dict[int, float]]:
+        """Best-of-N curves (:func:`best_of_n_curves`) of this model, of the paired differences
+        (``champion_delta.best_of_n``...) and, prefixed ``champion.``, of the champion's figures on
+        the same pool: ``best_of_n.reward_model`` beside ``champion.best_of_n.reward_model``."""
+        curves = best_of_n_curves(self.metrics)
+        if self.champion_metrics:
+            curves |= {f"{CHAMPION_PREFIX}{name}": points for name, points in best_of_n_curves(self.champion_metrics).items()}
+        return curves
 
     def champion_difference(self) -> str | None:
         """The paired difference the ``beats_champion`` gate reads, as one sentence: candidate

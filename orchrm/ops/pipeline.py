@@ -604,7 +604,9 @@ def reevaluate_champion(
 ) -> Reevaluation:
     """Evaluate ``champion`` again on held-out tasks it never saw and check its gates (no champion
     to beat: it is the champion). Logs a ``reevaluate`` run tagged with the version and the pool
-    (:data:`~orchrm.ops.stages.POOL_TAG` and ``orchrm.pool_source``); promotes and demotes nothing.
+    (:data:`~orchrm.ops.stages.POOL_TAG` and ``orchrm.pool_source``), its metrics linked to the
+    champion's LoggedModel, and tags the version ``reevaluated.<YYYY-MM-DD>`` with the verdict
+    (:func:`orchrm.ops.registry.tag_reevaluation`); promotes and demotes nothing.
 
     The pool is the kind the champion's own gates were measured on (:func:`champion_pool_kind`).
     A champion gated on a replay of a user's traces is measured on the newest trace files of
@@ -684,8 +686,11 @@ def _reevaluate_on_traces(config: PipelineConfig, champion: int, *, traces_dir: 
 def _reevaluate(config: PipelineConfig, champion: int, inputs: Callable[[str], tuple[Pairs, Pool, str]], *, stages: Stages, say: Say,
                 out: Path) -> Reevaluation:
     """The ``reevaluate`` run: ``inputs(parent_run_id)`` gives the held-out pairs, the pool and the
-    words naming the pool; the champion is evaluated on them and its gates checked."""
-    from orchrm.ops import tracking
+    words naming the pool; the champion is evaluated on them and its gates checked. Its figures
+    land on the champion's version: the evaluate run's metrics are linked to the version's
+    LoggedModel (:func:`~orchrm.ops.stages.evaluate_stage`) and the version is tagged with the
+    date and the verdict (:func:`orchrm.ops.registry.tag_reevaluation`)."""
+    from orchrm.ops import registry, tracking
     from orchrm.ops.stages import tag_pool
 
     seed = config.evaluate.seed
@@ -709,6 +714,7 @@ def _reevaluate(config: PipelineConfig, champion: int, inputs: Callable[[str], t
     try:
         _client(config).set_tag(parent, "verdict", verdict.label)
         _describe_run(config, parent, reevaluation_markdown(result))
+        registry.tag_reevaluation(champion, verdict=verdict, run_id=evaluation.run_id, config=config)
     except BaseException:
         tracking.end_run(config, parent, status="FAILED")
         raise

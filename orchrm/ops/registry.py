@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,8 +133,11 @@ def signature_and_example() -> tuple[Any, pd.DataFrame]:
     return signature, example
 
 
-def log_model(model_dir_or_file: str | os.PathLike, *, run_id: str, config: PipelineConfig) -> str:
-    """Log a saved reward model as a pyfunc of ``run_id``; returns its ``models:/<model_id>`` URI.
+def log_model(model_dir_or_file: str | os.PathLike, *, run_id: str, config: PipelineConfig,
+              params: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None) -> str:
+    """Log a saved reward model as a pyfunc of ``run_id`` (the run that trained it); returns its
+    ``models:/<model_id>`` URI. ``params`` and ``tags`` go on the LoggedModel (the pipeline passes
+    the training run's parameters, so the model's page shows the settings it was trained with).
 
     The Python class is :mod:`orchrm.ops.pyfunc_model`, logged from code (no cloudpickle); the weights
     are the model's safetensors file, an artifact of the pyfunc; the orchrm package goes with it as
@@ -153,7 +157,8 @@ def log_model(model_dir_or_file: str | os.PathLike, *, run_id: str, config: Pipe
         c = client(uri)
         experiment_id = c.get_run(run_id).info.experiment_id
         logged = c.create_logged_model(
-            experiment_id, name=MODEL_NAME_IN_RUN, source_run_id=run_id, model_type="orchrm-reward-model"
+            experiment_id, name=MODEL_NAME_IN_RUN, source_run_id=run_id, model_type="orchrm-reward-model",
+            params={k: str(v) for k, v in (params or {}).items()} or None, tags=dict(tags or {}) or None,
         )
         info = Model.log(
             artifact_path=None,
@@ -221,7 +226,7 @@ def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_di
         if existing:
             log.info("%s already has version %d for run %s: registering is idempotent", name, existing[0], run_id)
             return existing[0]
-        mv = c.create_model_version(name, source=model_uri, run_id=run_id, tags=tags, model_id=_model_id(model_uri))
+        mv = c.create_model_version(name, source=model_uri, run_id=run_id, tags=tags, model_id=model_id_of_uri(model_uri))
         return int(mv.version)
 
     with_server_retries(uri, do, f"registering {model_uri} as {name!r}")
@@ -274,9 +279,19 @@ def passed_absolute_gates(verdict: Verdict) -> bool:
     return bool(absolute) and all(g.passed for g in absolute)
 
 
-def _model_id(model_uri: str) -> str | None:
+def model_id_of_uri(model_uri: str) -> str | None:
+    """The LoggedModel id of a ``models:/m-...`` URI (what :func:`log_model` returns); None for
+    any other URI (``models:/<name>@<alias>``, a path)."""
     rest = model_uri.removeprefix("models:/")
     return rest if model_uri.startswith("models:/m-") and "/" not in rest else None
+
+
+def version_model_id(version: int, *, config: PipelineConfig) -> str | None:
+    """The LoggedModel behind ``version``: its ``model_id`` or, where the store leaves that empty,
+    the id in its ``models:/m-...`` source; None for a version registered from another kind of
+    source."""
+    mv = _get_version(version, config)
+    return getattr(mv, "model_id", None) or model_id_of_uri(mv.source or "")
 
 
 def champion_version(config: PipelineConfig) -> int | None:
@@ -589,6 +604,30 @@ def _tag_version(config: PipelineConfig, version: int, tags: dict[str, str]) -> 
     c = client(uri)
     for key, value in tags.items():
         with_server_retries(uri, lambda k=key, v=value: c.set_model_version_tag(name, str(version), k, v), "tagging the version")
+
+
+#: version tags of the weekly re-evaluation: ``reevaluated.<YYYY-MM-DD>`` per run, and the latest
+REEVALUATED_PREFIX = "reevaluated."
+LAST_REEVALUATION = "last_reevaluation"
+
+
+def reevaluation_verdict(verdict: Verdict) -> str:
+    """A re-evaluation's verdict as a tag value: ``pass`` or ``fail: <gate>, <gate>``."""
+    return "pass" if verdict.passed else "fail: " + (", ".join(g.name for g in verdict.failed()) or "no gate was evaluated")
+
+
+def tag_reevaluation(version: int, *, verdict: Verdict, run_id: str, config: PipelineConfig, when: datetime | None = None) -> dict[str, str]:
+    """Record a re-evaluation of ``version`` on the version itself, so its page tells its
+    history: ``reevaluated.<YYYY-MM-DD>`` = :func:`reevaluation_verdict` (one tag per day, UTC;
+    a second run that day replaces it), ``last_reevaluation`` = that date,
+    ``last_reevaluation.verdict`` and ``last_reevaluation.run_id`` (the run holding the figures,
+    linked to the version's LoggedModel). Returns the tags set. Moves no alias."""
+    day = (when or datetime.now(UTC)).astimezone(UTC).date().isoformat()
+    label = reevaluation_verdict(verdict)
+    tags = {f"{REEVALUATED_PREFIX}{day}": label, LAST_REEVALUATION: day,
+            f"{LAST_REEVALUATION}.verdict": label, f"{LAST_REEVALUATION}.run_id": run_id}
+    _tag_version(config, version, tags)
+    return tags
 
 
 def version_info(version: int, *, config: PipelineConfig) -> dict[str, Any]:

@@ -144,7 +144,8 @@ class Pool:
 
 @dataclass(frozen=True)
 class TrainedModel:
-    """A model directory written by ``orchrm train`` (``model.safetensors``, ``train_result.json``)."""
+    """A model directory written by ``orchrm train`` (``model.safetensors``, ``train_result.json``)
+    and the pyfunc logged from its training run ``run_id``."""
 
     model_dir: Path
     model_path: Path
@@ -152,6 +153,16 @@ class TrainedModel:
     epochs: int
     best_val_loss: float | None
     train_seconds: float
+    #: ``models:/<model_id>``: the LoggedModel of the training run (empty in a result persisted
+    #: before models were logged at training; :func:`register_stage` then logs it)
+    model_uri: str = ""
+
+    @property
+    def model_id(self) -> str | None:
+        """The LoggedModel's id (``m-...``), or None without one."""
+        from orchrm.ops.registry import model_id_of_uri
+
+        return model_id_of_uri(self.model_uri) if self.model_uri else None
 
 
 @dataclass(frozen=True)
@@ -423,7 +434,8 @@ def validate_artifacts_stage(artifacts: Artifacts, *, config: PipelineConfig, ou
 
 def pairs_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> Pairs:
     """Build win/loss pairs (``config.pairs``), write ``out_dir/pairs.parquet`` and log it to
-    MLflow as a dataset (its digest tags the registered model)."""
+    MLflow as the data set ``pairs`` (context ``training``) of this stage's run and of the parent
+    run (its digest tags the registered model)."""
     from orchrm.data.pairs import build_pairs
     from orchrm.data.tables import read_table, write_table
     from orchrm.ops import tracking
@@ -431,7 +443,7 @@ def pairs_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | 
     with _stage_run(config, "build-pairs", parent_run_id) as run_id:
         pairs = build_pairs(read_table(artifacts.path), config.pairs)
         path = write_table(pairs, Path(out_dir) / "pairs.parquet")
-        digest = tracking.log_pairs_dataset(pairs, run_id=run_id, source=str(path))
+        digest = tracking.log_pairs_dataset(pairs, run_id=run_id, source=str(path), also=(parent_run_id,))
     splits = {str(k): int(v) for k, v in pairs.split.value_counts().sort_index().items()} if len(pairs) else {}
     return Pairs(path=path, rows=len(pairs), splits=splits, digest=digest, run_id=run_id)
 
@@ -477,11 +489,17 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
     ``pipeline.train_timeout_s``; the child logs params and per-step/per-epoch metrics to this
     stage's MLflow run through :class:`orchrm.ops.tracking.MlflowCallback`.
 
+    Once it has finished, the model is logged from this run as a pyfunc
+    (:func:`orchrm.ops.registry.log_model`, ``model_uri`` of the result) with the run's
+    parameters (the trainer's, as the child logged them) as the LoggedModel's, and the pairs are
+    the run's data set (context ``training``).
+
     A crash, a non-zero exit or the timeout raise :class:`TrainingError` (its message ends with
     the last lines the trainer printed, the whole log stays in ``model/train.log``); nothing is
     registered, and the next run trains in a fresh folder.
     """
-    from orchrm.ops import tracking
+    from orchrm.data.tables import read_table
+    from orchrm.ops import registry, tracking
 
     out = Path(out_dir)
     model_dir = out / "model"
@@ -517,6 +535,10 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
                 f"training {how}; nothing was registered and the next run starts afresh. The log ({log_path}) ends:\n{tail}"
             )
         result = json.loads((model_dir / "train_result.json").read_text(encoding="utf-8"))
+        tracking.log_pairs_dataset(read_table(pairs.path), run_id=run_id, source=str(pairs.path))
+        params = tracking.run_params(tracking.tracking_uri(config), run_id)
+        model_uri = registry.log_model(model_dir, run_id=run_id, config=config, params=params,
+                                       tags={tracking.DATA_DIGEST_TAG: pairs.digest})
     return TrainedModel(
         model_dir=model_dir,
         model_path=model_dir / "model.safetensors",
@@ -524,6 +546,7 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
         epochs=len(result.get("history", [])),
         best_val_loss=result.get("best_val_loss"),
         train_seconds=float(result.get("train_seconds", 0.0)),
+        model_uri=model_uri,
     )
 
 
@@ -614,7 +637,14 @@ def evaluate_stage(
     """Evaluate the candidate and the current champion (when there is one) on the same pool and
     held-out pairs (split ``test``) in one call; write the report (JSON, CSV tables, PNG plots)
     to ``out_dir/evaluation`` and log it to MLflow. With ``model=None`` the champion is the one
-    evaluated (the weekly re-evaluation)."""
+    evaluated (the weekly re-evaluation).
+
+    Lineage: the pool is the data set ``pool`` (context ``evaluation``) and the pairs the data set
+    ``pairs`` (context ``training``) of this run and of the parent run; the models scored are the
+    run's model inputs; every metric is linked to the evaluated model's LoggedModel and to the
+    data set it was measured on (:func:`orchrm.ops.tracking.log_evaluation`), so the model's page
+    in MLflow lists them."""
+    from orchrm.data.tables import read_table
     from orchrm.evaluation.harness import evaluate
     from orchrm.evaluation.pool import CandidatePool
     from orchrm.ops import registry, serving, tracking
@@ -629,11 +659,19 @@ def evaluate_stage(
             candidate, champion = champion, None
         else:
             candidate = serving.load_reward_model(str(model.model_path))
+        champion_id = registry.version_model_id(champion_version, config=config) if champion_version is not None else None
+        model_id = model.model_id if model is not None else champion_id
         held_out = _held_out_pairs(pairs, config)
         pool_obj = CandidatePool.load(pool.path)
+        datasets = {"pool": tracking.log_pool_dataset(pool_obj, run_ids=(run_id, parent_run_id), source=str(pool.path))}
+        if pairs is not None:
+            digest = tracking.log_pairs_dataset(read_table(pairs.path), run_id=run_id, source=str(pairs.path), also=(parent_run_id,))
+            datasets["pairs"] = tracking.DatasetRef(tracking.PAIRS_DATASET, digest, "training")
+        tracking.log_model_inputs(run_id, [model_id, champion_id])
         report = evaluate(candidate, pairs=held_out, pool=pool_obj, config=config.evaluate, champion=champion)
         report.write(target)
-        tracking.log_evaluation(report, run_id=run_id, champion_version=champion_version if model is not None else None)
+        tracking.log_evaluation(report, run_id=run_id, champion_version=champion_version if model is not None else None,
+                                model_id=model_id, datasets=datasets)
         tag_pool(config, run_id, report.pool_kind)
     return Evaluation(
         run_id=run_id,
@@ -689,19 +727,22 @@ def gate_stage(evaluation: Evaluation, gates: GatesConfig) -> Verdict:
 
 
 def register_stage(model: TrainedModel, evaluation: Evaluation, verdict: Verdict, pairs: Pairs, *, config: PipelineConfig) -> Registered:
-    """Log the model as a pyfunc and register it as a new version (alias ``challenger`` when it
-    passed every absolute gate; tags:
-    every gate, the verdict, the pairs' digest, the git commit). Whatever the verdict: a rejected
-    candidate is kept, with the reason, and never touches ``champion``. Rerun for the same
-    evaluation run (a retried stage), it returns the version registered the first time and logs
-    no second model."""
+    """Register the model logged by the training run (``model.model_uri``) as a new version
+    (alias ``challenger`` when it passed every absolute gate; tags: every gate, the verdict, the
+    pairs' digest, the git commit). The version's run is the evaluation run, whose metrics
+    :func:`promote_stage` re-checks. Whatever the verdict: a rejected candidate is kept, with the
+    reason, and never touches ``champion``. Rerun for the same evaluation run (a retried stage),
+    it returns the version registered the first time. A result persisted before models were
+    logged at training has no ``model_uri``: its model is logged here, from its training run."""
     from orchrm.ops import registry
 
     existing = registry.version_for_run(evaluation.run_id, config=config)
     if existing is not None:
         uri = registry.version_info(existing, config=config)["source"]
+    elif model.model_uri:
+        uri = model.model_uri
     else:
-        uri = registry.log_model(model.model_dir, run_id=evaluation.run_id, config=config)
+        uri = registry.log_model(model.model_dir, run_id=model.run_id, config=config)
     version = registry.register_candidate(uri, run_id=evaluation.run_id, verdict=verdict, data_digest=pairs.digest, config=config)
     return Registered(version=int(version), model_uri=uri, verdict=verdict)
 

@@ -20,13 +20,15 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchrm.errors import RegistryError
+from orchrm.evaluation.gates import CHAMPION_PREFIX
 from orchrm.model.callbacks import TrainCallback
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,8 +43,6 @@ T = TypeVar("T")
 
 #: run tag: the champion version a candidate was evaluated against, in the same run
 CHAMPION_EVALUATED_TAG = "orchrm.champion_version"
-#: prefix of the champion's metrics logged in a candidate's run (same pool, same run)
-CHAMPION_PREFIX = "champion."
 
 #: experiment tag the MLflow UI reads to choose its view: ``custom_model_development`` opens on the
 #: training runs, where an experiment without it opens on the GenAI overview ("Traces 0")
@@ -446,24 +446,86 @@ class MlflowCallback(TrainCallback):
         with_server_retries(self.tracking_uri, lambda: c.set_tag(self.run_id, "orchrm.data_hash", result.data_hash), "tagging the run")
 
 
-def log_pairs_dataset(pairs: pd.DataFrame, *, run_id: str, source: str, name: str = "pairs", context: str = "training") -> str:
-    """Log the pair table as an ``mlflow.data`` dataset input of ``run_id`` (schema, profile,
-    ``source`` = where the table lives) whose digest is :func:`orchrm.data.tables.pairs_digest`,
-    the ``data_hash`` of a model trained on it, and tag the run with it (``orchrm.data_digest``);
-    returns the digest."""
+#: the MLflow data sets the pipeline logs: the pair table (context ``training``) and the held-out
+#: candidate pool (context ``evaluation``)
+PAIRS_DATASET = "pairs"
+POOL_DATASET = "pool"
+#: run tags holding those data sets' digests
+DATA_DIGEST_TAG = "orchrm.data_digest"
+POOL_DIGEST_TAG = "orchrm.pool_digest"
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """An ``mlflow.data`` data set as a metric names it (``dataset_name`` / ``dataset_digest``)."""
+
+    name: str
+    digest: str
+    context: str
+
+
+def log_dataset(df: pd.DataFrame, *, run_ids: Sequence[str], name: str, digest: str, source: str, context: str,
+                tag: str | None = None) -> DatasetRef:
+    """Log ``df`` as an ``mlflow.data`` data set (schema, profile, ``source`` = where the table
+    lives, the given ``digest``) with ``context`` (``training`` / ``evaluation``) as an input of
+    every run of ``run_ids``, and tag each with the digest under ``tag``. Logging it again to the
+    same run adds nothing (MLflow keeps one input per data set and run)."""
     import mlflow.data
-    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.entities import Dataset, DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    from orchrm.data.tables import pairs_digest
-
-    dataset = mlflow.data.from_pandas(pairs, source=source, name=name, digest=pairs_digest(pairs))
+    dataset = mlflow.data.from_pandas(df, source=source, name=name, digest=digest)
+    fields = dataset.to_dict()
+    entity = Dataset(name=fields["name"], digest=fields["digest"], source_type=fields["source_type"], source=fields["source"],
+                     schema=fields.get("schema"), profile=fields.get("profile"))
+    entry = DatasetInput(entity, tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
     uri = mlflow.get_tracking_uri()
     c = client(uri)
-    entity = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
-    with_server_retries(uri, lambda: c.log_inputs(run_id, datasets=[entity]), f"logging the pairs dataset to run {run_id}")
-    with_server_retries(uri, lambda: c.set_tag(run_id, "orchrm.data_digest", dataset.digest), "tagging the run")
-    return dataset.digest
+    for run_id in dict.fromkeys(r for r in run_ids if r):
+        with_server_retries(uri, lambda r=run_id: c.log_inputs(r, datasets=[entry]), f"logging the {name} data set to run {run_id}")
+        if tag:
+            with_server_retries(uri, lambda r=run_id: c.set_tag(r, tag, dataset.digest), "tagging the run")
+    return DatasetRef(name=name, digest=dataset.digest, context=context)
+
+
+def log_pairs_dataset(pairs: pd.DataFrame, *, run_id: str, source: str, also: Sequence[str] = ()) -> str:
+    """Log the pair table as the data set :data:`PAIRS_DATASET` (context ``training``) of
+    ``run_id`` and of the runs ``also`` (:func:`log_dataset`), whose digest is
+    :func:`orchrm.data.tables.pairs_digest`, the ``data_hash`` of a model trained on it, and tag
+    each run with it (``orchrm.data_digest``); returns the digest."""
+    from orchrm.data.tables import pairs_digest
+
+    ref = log_dataset(pairs, run_ids=(run_id, *also), name=PAIRS_DATASET, digest=pairs_digest(pairs), source=source,
+                      context="training", tag=DATA_DIGEST_TAG)
+    return ref.digest
+
+
+def log_pool_dataset(pool: Any, *, run_ids: Sequence[str], source: str) -> DatasetRef:
+    """Log a :class:`orchrm.evaluation.pool.CandidatePool` as the data set :data:`POOL_DATASET`
+    (context ``evaluation``, digest :meth:`CandidatePool.digest`) of ``run_ids``, each tagged
+    ``orchrm.pool_digest``."""
+    return log_dataset(pool.frame, run_ids=run_ids, name=POOL_DATASET, digest=pool.digest(), source=source,
+                       context="evaluation", tag=POOL_DIGEST_TAG)
+
+
+def log_model_inputs(run_id: str, model_ids: Sequence[str | None]) -> None:
+    """Record the LoggedModels ``model_ids`` (None skipped) as inputs of ``run_id``: the models an
+    evaluation scored, listed on the run's page and linked back from each model's."""
+    import mlflow
+    from mlflow.entities import LoggedModelInput
+
+    models = [LoggedModelInput(m) for m in dict.fromkeys(model_ids) if m]
+    if not models:
+        return
+    uri = mlflow.get_tracking_uri()
+    c = client(uri)
+    with_server_retries(uri, lambda: c.log_inputs(run_id, models=models), f"logging the evaluated models to run {run_id}")
+
+
+def run_params(uri: str, run_id: str) -> dict[str, str]:
+    """The parameters of ``run_id``, as MLflow stores them (strings)."""
+    c = client(uri)
+    return dict(with_server_retries(uri, lambda: c.get_run(run_id), f"reading run {run_id}").data.params)
 
 
 def log_validation(report: Any, *, run_id: str, name: str) -> None:
@@ -487,22 +549,47 @@ def log_validation(report: Any, *, run_id: str, name: str) -> None:
     log_batch(uri, run_id, metrics=as_metrics(values, prefix=f"validation.{name}."), what="logging validation metrics")
 
 
-def log_evaluation(report: EvaluationReport, *, run_id: str, champion_version: int | None = None) -> None:
+def log_evaluation(report: EvaluationReport, *, run_id: str, champion_version: int | None = None, model_id: str | None = None,
+                   datasets: Mapping[str, DatasetRef] | None = None) -> None:
     """Log an :class:`orchrm.evaluation.EvaluationReport` to ``run_id``: its flat metrics, the
-    champion's (same pool, same run) as ``champion.<name>``, and the files of
-    :meth:`EvaluationReport.write` (JSON, CSV tables, PNG plots) under ``evaluation/``.
+    champion's (same pool, same run) as ``champion.<name>``, the best-of-N curves
+    (:meth:`EvaluationReport.curves`: ``best_of_n.<selector>[.<domain>]`` and the like at step N)
+    and the files of :meth:`EvaluationReport.write` (JSON, CSV tables, PNG plots) under
+    ``evaluation/``.
+
+    ``model_id``: the LoggedModel evaluated; every metric is linked to it (its page lists them),
+    and to the data set it was measured on (``datasets``: ``"pairs"`` for the pairwise figures,
+    measured on the held-out split, ``"pool"`` for the rest, :func:`orchrm.evaluation.report.measured_on`).
     ``champion_version``: the version evaluated as champion, kept as a run tag so that
     :func:`promote` can tell whether the champion changed since."""
+    import time
+
     import mlflow
+    from mlflow.entities import Metric
+
+    from orchrm.evaluation.report import measured_on
 
     uri = mlflow.get_tracking_uri()
     c = client(uri)
-    metrics = as_metrics(report.metrics)
-    if report.champion_metrics:
-        metrics += as_metrics(report.champion_metrics, prefix=CHAMPION_PREFIX)
+    datasets = dict(datasets or {})
+    now = int(time.time() * 1000)
+
+    def metric(key: str, value: float, step: int = 0) -> Metric:
+        ref = datasets.get(measured_on(key))
+        return Metric(key, float(value), now, step, model_id=model_id,
+                      dataset_name=ref.name if ref else None, dataset_digest=ref.digest if ref else None)
+
+    flat = dict(report.metrics) | {f"{CHAMPION_PREFIX}{k}": v for k, v in (report.champion_metrics or {}).items()}
+    metrics = [metric(k, v) for k, v in flat.items() if _finite(v)]
+    metrics += [metric(name, v, step=n) for name, points in report.curves().items() for n, v in points.items() if _finite(v)]
     log_batch(uri, run_id, metrics=metrics, what=f"logging evaluation metrics to run {run_id}")
     with tempfile.TemporaryDirectory(prefix="orchrm-eval-") as tmp:
         report.write(tmp)
         with_server_retries(uri, lambda: c.log_artifacts(run_id, tmp, "evaluation"), "logging evaluation files")
     if champion_version is not None:
         with_server_retries(uri, lambda: c.set_tag(run_id, CHAMPION_EVALUATED_TAG, str(champion_version)), "tagging the run")
+
+
+def _finite(value: Any) -> bool:
+    """A number MLflow can store as a metric (not None, not a bool, not NaN or infinite)."""
+    return value is not None and not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(float(value))

@@ -1,4 +1,5 @@
-"""Stable hashes, each defined once: ids from parts, a file's digest, the package's source.
+"""Stable hashes, each defined once: ids from parts, a file's digest, a table's digest, the
+package's source.
 
 >>> stable_id("math", 3)
 '31d5dcc96ef3'
@@ -7,7 +8,9 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 def stable_id(*parts: object, n: int = 12) -> str:
@@ -22,6 +25,21 @@ def file_digest(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def table_digest(df: Any, columns: Sequence[str]) -> str:
+    """The digest of a table (a pandas DataFrame): a stable 16-hex hash of ``columns``, in that
+    order, by their names and values in row order (not the index, not the other columns). The one
+    digest of every table MLflow records as a data set: the pairs
+    (:func:`orchrm.data.tables.pairs_digest`) and the held-out pool
+    (:meth:`orchrm.evaluation.pool.CandidatePool.digest`)."""
+    import pandas as pd
+
+    h = hashlib.sha256()
+    for col in columns:
+        h.update(col.encode())
+        h.update(pd.util.hash_pandas_object(df[col].reset_index(drop=True), index=False).to_numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def source_hash() -> str:

@@ -77,7 +77,7 @@ def test_every_stage_result_and_flow_result_round_trips_through_prefects_json_se
 
     verdict = Verdict((GateResult("beats_cost_only", False, 0.1, 0.2, "below"), GateResult("beats_champion", True, None, None, "no champion", False)))
     evaluation = Evaluation("run", tmp_path / "evaluation", {"pairwise_accuracy": 0.8}, None, None, "| md |", "summary", "replay", "the replay pool")
-    model = TrainedModel(tmp_path / "model", tmp_path / "model" / "model.safetensors", "run", 2, None, 1.5)
+    model = TrainedModel(tmp_path / "model", tmp_path / "model" / "model.safetensors", "run", 2, None, 1.5, "models:/m-0123")
     pairs = Pairs(tmp_path / "pairs.parquet", 12, {"train": 8, "val": 2, "test": 2}, "digest", "run")
     values = [
         NewTraces(tmp_path, (tmp_path / "a.jsonl",), (tmp_path / "a.jsonl",), {str(tmp_path / "a.jsonl"): "sha"}),
@@ -94,6 +94,10 @@ def test_every_stage_result_and_flow_result_round_trips_through_prefects_json_se
     serializer = JSONSerializer()
     for value in values:
         assert serializer.loads(serializer.dumps(value)) == value, type(value).__name__
+    assert serializer.loads(serializer.dumps(model)).model_id == "m-0123"
+    # a model persisted before it carried its LoggedModel's URI still loads
+    older = serializer.dumps(model).replace(b', "model_uri": "models:/m-0123"', b"")
+    assert b"model_uri" not in older and serializer.loads(older).model_uri == ""
 
 
 def test_only_reading_the_traces_folder_is_retried_as_a_task():

@@ -77,3 +77,52 @@ def test_registry_calls_and_loading_go_through_the_server(store, server, monkeyp
     model = load_reward_model("models:/orchrm-reward@champion", tracking_uri=server)
     prompts, actions = store.pairs["prompt"].tolist()[:8], store.pairs["chosen"].tolist()[:8]
     assert torch.equal(model.score(prompts, actions), store.good.score(prompts, actions))
+
+
+def test_an_evaluation_logged_through_the_server_lands_on_the_versions_model_and_page(store, server, monkeypatch, tmp_path):
+    """What the weekly re-evaluation writes, through the server: the pool and the pairs as data
+    sets, the model as the run's input, every metric linked to the version's LoggedModel and its
+    data set, best-of-N as a curve over N; then the version's tags name the day and the verdict."""
+    from orchrm.config import config_from_dict
+    from orchrm.evaluation.gates import check_gates
+    from orchrm.evaluation.harness import evaluate
+    from orchrm.evaluation.pool import build_pool
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    config = config_from_dict({
+        "data_dir": store.config.data_dir, "collect": {"domains": ["math"]},
+        "evaluate": {"tasks_per_domain": 2, "candidates": 2, "repeats": 0, "pool_seeds": [0], "best_of": [1, 2], "bootstrap": 0,
+                     "gates": {"best_of": 2}},
+    })
+    pool = build_pool(config, progress=False, workers=1)
+    pool_file = pool.save(tmp_path / "pool.parquet")
+    report = evaluate(store.good, pairs=store.pairs, pool=pool, config=config.evaluate)
+    model_id = registry.version_model_id(store.good_version, config=config)
+    run_id = tracking.start_run(config, "evaluate")
+    datasets = {"pool": tracking.log_pool_dataset(pool, run_ids=(run_id,), source=str(pool_file))}
+    digest = tracking.log_pairs_dataset(store.pairs, run_id=run_id, source="pairs.parquet")
+    datasets["pairs"] = tracking.DatasetRef(tracking.PAIRS_DATASET, digest, "training")
+    tracking.log_model_inputs(run_id, [model_id])
+    tracking.log_evaluation(report, run_id=run_id, model_id=model_id, datasets=datasets)
+    verdict = check_gates(report.metrics, config.evaluate.gates)
+    tags = registry.tag_reevaluation(store.good_version, verdict=verdict, run_id=run_id, config=config)
+    tracking.end_run(config, run_id)
+
+    run = api(server, "runs/get", run_id=run_id)["run"]
+    contexts = {d["dataset"]["name"]: ({t["key"]: t["value"] for t in d["tags"]}["mlflow.data.context"], d["dataset"]["digest"])
+                for d in run["inputs"]["dataset_inputs"]}
+    assert contexts == {"pool": ("evaluation", pool.digest()), "pairs": ("training", store.digest)}
+    assert [m["model_id"] for m in run["inputs"]["model_inputs"]] == [model_id]
+    model = httpx.get(f"{server}/api/2.0/mlflow/logged-models/{model_id}", timeout=30).json()["model"]
+    linked = {(m["key"], int(m.get("step", 0))): m for m in model["data"]["metrics"] if m.get("run_id") == run_id}
+    for key, ref in (("pairwise_accuracy", datasets["pairs"]), ("best_of_2.reward_model", datasets["pool"])):
+        assert linked[(key, 0)]["value"] == report.metrics[key]
+        assert (linked[(key, 0)]["dataset_name"], linked[(key, 0)]["dataset_digest"]) == (ref.name, ref.digest), key
+    history = api(server, "metrics/get-history", run_id=run_id, metric_key="best_of_n.reward_model")["metrics"]
+    assert sorted((int(m.get("step", 0)), m["value"]) for m in history) == [(n, report.metrics[f"best_of_{n}.reward_model"]) for n in (1, 2)]
+    version = api(server, "model-versions/get", name="orchrm-reward", version=str(store.good_version))["model_version"]
+    on_page = {t["key"]: t["value"] for t in version["tags"]}
+    day = on_page["last_reevaluation"]
+    assert on_page[f"reevaluated.{day}"] == tags[f"reevaluated.{day}"] == registry.reevaluation_verdict(verdict)
+    assert on_page["last_reevaluation.run_id"] == run_id
+    assert registry.champion_version(config) == store.good_version  # a re-evaluation moves no alias

@@ -114,6 +114,53 @@ def the_run_and_the_version_tell_the_story(ui: str, exp: dict, result) -> None:
     assert len(version["description"]) <= 5000
     logged = yaml.safe_load(api_text(ui, result.run_id, "config.yaml"))
     assert logged["evaluate"]["gates"]["min_pairwise_accuracy"] == 0.0
+    the_model_and_its_data_are_linked(ui, result, version)
+
+
+def the_model_and_its_data_are_linked(ui: str, result, version: dict) -> None:
+    """Lineage, read over REST from the server the UI runs: the model was logged from the train
+    run with its parameters; the version (run: the evaluate run) points at it; its page lists the
+    evaluation metrics, each linked to the data set it was measured on; the train, evaluate and
+    parent runs carry the pair table (training) and the held-out pool (evaluation) as data sets;
+    best-of-N has a curve with one point per N."""
+    import json
+
+    from mlflow import MlflowClient
+
+    from orchrm.data.tables import pairs_digest, read_table
+    from orchrm.evaluation.pool import CandidatePool
+
+    c = MlflowClient(tracking_uri=ui)
+    model_id = result.model.model_id
+    assert model_id and result.registered.model_uri == f"models:/{model_id}" == version["source"]
+    assert version["run_id"] == result.evaluation.run_id
+    model = c.get_logged_model(model_id)
+    assert model.source_run_id == result.model.run_id
+    assert model.params["train.epochs"] == "2" and model.params["model.hidden_dim"] == "32", model.params
+
+    pairs = ("pairs", pairs_digest(read_table(result.pairs.path)), "training")
+    (source,) = {d.dataset.source for d in c.get_run(result.evaluation.run_id).inputs.dataset_inputs if d.dataset.name == "pool"}
+    pool = ("pool", CandidatePool.load(json.loads(source)["uri"]).digest(), "evaluation")
+
+    def datasets(run_id: str) -> set[tuple[str, str, str]]:
+        inputs = c.get_run(run_id).inputs
+        return {(d.dataset.name, d.dataset.digest, next(t.value for t in d.tags if t.key == "mlflow.data.context"))
+                for d in inputs.dataset_inputs}
+
+    assert datasets(result.evaluation.run_id) == datasets(result.run_id) == {pairs, pool}
+    assert datasets(result.model.run_id) == {pairs}
+    assert model_id in {m.model_id for m in c.get_run(result.evaluation.run_id).inputs.model_inputs}
+
+    listed = {(m.key, m.step): m for m in model.metrics}
+    for key, on in (("pairwise_accuracy", pairs), ("best_of_4.reward_model", pool), ("gap_closed", pool)):
+        m = listed[(key, 0)]
+        assert m.value == result.evaluation.metrics[key] and (m.dataset_name, m.dataset_digest) == on[:2], key
+        assert m.run_id == result.evaluation.run_id
+    history = c.get_metric_history(result.evaluation.run_id, "best_of_n.reward_model")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
+        (n, result.evaluation.metrics[f"best_of_{n}.reward_model"]) for n in (1, 2, 4)]
+    assert {n for (key, n) in listed if key == "best_of_n.reward_model"} == {1, 2, 4}
+    assert len(c.get_metric_history(result.evaluation.run_id, "expected.best_of_n.random")) == 3
 
 
 def api_text(ui: str, run_id: str, path: str) -> str:

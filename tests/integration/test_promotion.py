@@ -341,19 +341,49 @@ def test_a_duplicate_made_by_a_retried_request_is_removed(config, model_file):
     assert versions_of(config) == [first]
 
 
-def test_a_retried_register_stage_logs_no_second_model_and_makes_no_second_version(config, model_file, tmp_path):
+def test_the_register_stage_registers_the_train_runs_model_under_the_evaluate_run_once(config, model_file, tmp_path):
+    """The model is logged from the training run (its params on the LoggedModel); the version is
+    registered from the evaluation run, whose metrics promotion re-checks; a retried stage returns
+    the first version and logs no second model."""
     uri = tracking.tracking_uri(config)
-    run_id = tracking.start_run(config, "evaluate")
-    tracking.log_batch(uri, run_id, metrics=tracking.as_metrics(metrics(rm=0.7)), what="test")
-    model = stages.TrainedModel(model_dir=model_file.parent, model_path=model_file, run_id=run_id, epochs=1, best_val_loss=None,
-                                train_seconds=0.0)
-    evaluation = stages.Evaluation(run_id=run_id, report_dir=tmp_path, metrics=metrics(rm=0.7), champion_metrics=None,
+    train_run = tracking.start_run(config, "train")
+    tracking.log_batch(uri, train_run, params=tracking.as_params({"train": {"lr": 0.003, "epochs": 2}}), what="test")
+    model_uri = registry.log_model(model_file, run_id=train_run, config=config, params=tracking.run_params(uri, train_run))
+    eval_run = tracking.start_run(config, "evaluate")
+    tracking.log_batch(uri, eval_run, metrics=tracking.as_metrics(metrics(rm=0.7)), what="test")
+    model = stages.TrainedModel(model_dir=model_file.parent, model_path=model_file, run_id=train_run, epochs=1, best_val_loss=None,
+                                train_seconds=0.0, model_uri=model_uri)
+    evaluation = stages.Evaluation(run_id=eval_run, report_dir=tmp_path, metrics=metrics(rm=0.7), champion_metrics=None,
                                    champion_version=None, markdown="", summary="")
-    pairs = stages.Pairs(path=tmp_path / "pairs.parquet", rows=0, splits={}, digest="test", run_id=run_id)
+    pairs = stages.Pairs(path=tmp_path / "pairs.parquet", rows=0, splits={}, digest="test", run_id=eval_run)
     verdict = check_gates(metrics(rm=0.7), config.evaluate.gates)
     first = stages.register_stage(model, evaluation, verdict, pairs, config=config)
     again = stages.register_stage(model, evaluation, verdict, pairs, config=config)
-    assert (again.version, again.model_uri) == (first.version, first.model_uri) and versions_of(config) == [first.version]
+    assert (again.version, again.model_uri) == (first.version, model_uri) and versions_of(config) == [first.version]
+    info = registry.version_info(first.version, config=config)
+    assert info["run_id"] == eval_run and info["source"] == model_uri
+    assert registry.version_model_id(first.version, config=config) == model.model_id
     c = tracking.client(uri)
-    logged = c.search_logged_models(experiment_ids=[c.get_run(run_id).info.experiment_id])
-    assert [m.source_run_id for m in logged] == [run_id]
+    (logged,) = c.search_logged_models(experiment_ids=[c.get_run(eval_run).info.experiment_id])
+    assert logged.source_run_id == train_run and logged.params == {"train.lr": "0.003", "train.epochs": "2"}
+    stages.promote_stage(first, config=config)  # the gates re-checked from the evaluate run's metrics
+    assert registry.champion_version(config) == first.version
+
+
+def test_a_register_stage_given_a_model_without_its_uri_logs_it_from_its_training_run(config, model_file, tmp_path):
+    """A TrainedModel persisted before models were logged at training (no model_uri) still registers."""
+    uri = tracking.tracking_uri(config)
+    train_run, eval_run = tracking.start_run(config, "train"), tracking.start_run(config, "evaluate")
+    tracking.log_batch(uri, eval_run, metrics=tracking.as_metrics(metrics(rm=0.7)), what="test")
+    model = stages.TrainedModel(model_dir=model_file.parent, model_path=model_file, run_id=train_run, epochs=1, best_val_loss=None,
+                                train_seconds=0.0)
+    assert model.model_uri == "" and model.model_id is None
+    evaluation = stages.Evaluation(run_id=eval_run, report_dir=tmp_path, metrics=metrics(rm=0.7), champion_metrics=None,
+                                   champion_version=None, markdown="", summary="")
+    pairs = stages.Pairs(path=tmp_path / "pairs.parquet", rows=0, splits={}, digest="test", run_id=eval_run)
+    verdict = check_gates(metrics(rm=0.7), config.evaluate.gates)
+    registered = stages.register_stage(model, evaluation, verdict, pairs, config=config)
+    c = tracking.client(uri)
+    (logged,) = c.search_logged_models(experiment_ids=[c.get_run(eval_run).info.experiment_id])
+    assert logged.source_run_id == train_run and registered.model_uri == f"models:/{logged.model_id}"
+    assert registry.version_info(registered.version, config=config)["run_id"] == eval_run

@@ -102,6 +102,24 @@ def test_a_traces_champion_is_reevaluated_on_the_newest_traces_held_out_tasks_re
     assert runs[0].data.tags[POOL_TAG] == "replay"
     assert runs[0].data.tags[POOL_SOURCE_TAG] == f"replay of {own_pool.tasks} held-out tasks of night-2.parquet"
 
+    # the figures land on the champion's version: tags with the date and the verdict, and the
+    # evaluate run's metrics on the version's LoggedModel beside those it was promoted on
+    from orchrm.ops import registry
+
+    tags = registry.version_info(night.champion_version, config=config)["tags"]
+    day = tags["last_reevaluation"]
+    assert tags[f"reevaluated.{day}"] == tags["last_reevaluation.verdict"] == registry.reevaluation_verdict(week.verdict)
+    assert tags["last_reevaluation.run_id"] == week.evaluation.run_id
+    model = client.get_logged_model(registry.version_model_id(night.champion_version, config=config))
+    weekly = {m.key: m for m in model.metrics if m.run_id == week.evaluation.run_id}
+    assert weekly["pool_tasks"].value == own_pool.tasks and weekly["pool_tasks"].dataset_name == "pool"
+    # beside the training run's (MLflow links a run's metrics to the model logged from it) and the promotion's
+    assert {m.run_id for m in model.metrics} == {night.model.run_id, night.evaluation.run_id, week.evaluation.run_id}
+    assert {m.step for m in model.metrics if m.key == "best_of_n.reward_model" and m.run_id == week.evaluation.run_id} == {1, 2, 4}
+    week_inputs = client.get_run(week.evaluation.run_id).inputs
+    assert {d.dataset.name for d in week_inputs.dataset_inputs} == {"pairs", "pool"}
+    assert [m.model_id for m in week_inputs.model_inputs] == [model.model_id]
+
     # without a traces folder: a message saying so, nothing evaluated
     nowhere = reevaluate_champion(config, say=said.append)
     assert nowhere.evaluation is None and nowhere.champion_version == night.champion_version

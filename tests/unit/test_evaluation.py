@@ -351,3 +351,45 @@ def test_build_pool_is_deterministic_and_each_pool_seed_orders_the_same_candidat
     loaded = CandidatePool.load(tmp_path / "pool.parquet")
     pd.testing.assert_frame_equal(loaded.frame, pool.frame)
     assert loaded.meta == pool.meta and loaded.meta["repeats"] == 2
+
+
+# --------------------------------------------------------------------------------------------
+# what MLflow records of an evaluation: curves over N, the data set behind each figure, the pool's digest
+
+
+def test_flat_best_of_n_metrics_become_one_curve_per_selector_and_domain_with_n_as_the_step():
+    from orchrm.evaluation.report import best_of_n_curves
+
+    flat = {"best_of_1.reward_model": 0.4, "best_of_4.reward_model": 0.7, "best_of_2.reward_model": 0.6,
+            "best_of_4.reward_model.math": 0.8, "expected.best_of_4.random": 0.5, "tokens.best_of_4.cost_only": 900.0,
+            "champion_delta.best_of_4": 0.1, "champion_delta.best_of_4.ci_low": 0.02, "champion_delta.best_of_4.tasks": 40.0,
+            "champion_delta.best_of_4.resamples": 1000.0, "pairwise_accuracy": 0.8, "gap_closed": 0.3}
+    assert best_of_n_curves(flat) == {
+        "best_of_n.reward_model": {1: 0.4, 2: 0.6, 4: 0.7},
+        "best_of_n.reward_model.math": {4: 0.8},
+        "champion_delta.best_of_n": {4: 0.1},
+        "champion_delta.best_of_n.ci_low": {4: 0.02},
+        "expected.best_of_n.random": {4: 0.5},
+        "tokens.best_of_n.cost_only": {4: 900.0},
+    }
+
+
+@pytest.mark.parametrize("key, on", [
+    ("pairwise_accuracy", "pairs"), ("pairwise_accuracy_ci_low", "pairs"), ("bt_loss.node.math", "pairs"), ("ece", "pairs"),
+    ("champion.reward_std", "pairs"), ("champion_delta.pairwise_accuracy.ci_high", "pairs"), ("best_of_4.reward_model", "pool"),
+    ("champion.best_of_n.random", "pool"), ("gap_closed.math", "pool"), ("scoring_latency_ms_p50", "pool"), ("pool_tasks", "pool"),
+])
+def test_each_metric_is_linked_to_the_data_set_it_was_measured_on(key, on):
+    from orchrm.evaluation.report import measured_on
+
+    assert measured_on(key) == on
+
+
+def test_the_pool_digest_names_its_candidates_and_executions_and_survives_a_save(tmp_path):
+    pool = CandidatePool(random_pool())
+    again = CandidatePool.load(pool.save(tmp_path / "pool.parquet"))
+    assert again.digest() == pool.digest() and len(pool.digest()) == 16
+    frame = pool.frame.copy()
+    frame.loc[0, "quality"] = 1.0 - frame.loc[0, "quality"]
+    assert CandidatePool(frame).digest() != pool.digest()
+    assert CandidatePool(pool.frame.assign(extra=1)).digest() == pool.digest()  # only the pool's own columns count
