@@ -33,7 +33,7 @@ def client() -> Iterator[TransformersClient]:
 @pytest.fixture
 def generate_calls(client, monkeypatch) -> list[int]:
     """The batch size of every ``generate`` call the client makes during the test."""
-    model, calls = client._loaded.model, []
+    model, calls = client.loaded.model, []
     real = model.generate
 
     def counted(*args, **kwargs):
@@ -46,7 +46,7 @@ def generate_calls(client, monkeypatch) -> list[int]:
 
 def generated_tokens(client: TransformersClient, text: str, finish: str) -> int:
     """What the tokenizer makes of a completion, plus the stop token it ended on."""
-    return len(client._loaded.tokenizer(text, add_special_tokens=False)["input_ids"]) + (finish == "stop")
+    return len(client.loaded.tokenizer(text, add_special_tokens=False)["input_ids"]) + (finish == "stop")
 
 
 @pytest.mark.slow
@@ -99,7 +99,7 @@ def test_complete_many_batches_every_conversations_samples_and_keeps_their_order
 @pytest.mark.slow
 def test_a_second_client_of_the_same_file_reuses_the_loaded_model(client):
     again = TransformersClient(smollm2_gguf().parent, gguf_file=smollm2_gguf().name, device="cpu")
-    assert again._loaded is client._loaded
+    assert again.loaded is client.loaded
     assert again.model == client.model
 
 

@@ -4,8 +4,14 @@ implement it, and the backend that runs every agent type as prompts on a client.
 The sandbox stays the embedded default (``backend.kind: sandbox``); ``transformers`` and ``openai``
 run the same plans on a real model, so the executor, collection, the pipeline and both
 orchestrators work unchanged.
+
+The clients: :class:`~orchrm.execution.llm.transformers_client.TransformersClient` (a local
+model directory or GGUF file), :class:`~orchrm.execution.llm.openai_client.OpenAIClient` (any
+OpenAI-compatible server), and :func:`make_client`, which builds the one a config names.
+``python -m orchrm.execution.llm.local_server`` serves a local model over the OpenAI API.
 """
 
 from orchrm.execution.llm.base import Completions, LLMClient, Message
+from orchrm.execution.llm.factory import make_client
 
-__all__ = ["Completions", "LLMClient", "Message"]
+__all__ = ["Completions", "LLMClient", "Message", "make_client"]

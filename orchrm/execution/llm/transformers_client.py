@@ -156,6 +156,11 @@ class TransformersClient:
         self.max_batch_size = max_batch_size
 
     @property
+    def loaded(self) -> LoadedModel:
+        """The cached model and tokenizer this client runs (shared with every client of the same key)."""
+        return self._loaded
+
+    @property
     def load_s(self) -> float:
         """Seconds the first load of this model took in this process (0 cost for later clients)."""
         return self._loaded.load_s
