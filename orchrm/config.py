@@ -340,7 +340,7 @@ class BackendConfig(FrozenConfig):
     (vLLM, Ollama, llama.cpp's server, OpenAI) through ``openai``."""
 
     kind: Literal["sandbox", "transformers", "openai"] = "sandbox"
-    #: transformers: a model directory, or the folder of ``gguf_file``; openai: the served model's name
+    #: transformers: a model directory, a ``.gguf`` file, or the folder of ``gguf_file``; openai: the served model's name
     model: str | None = None
     #: transformers: a GGUF file inside ``model`` (dequantized on load)
     gguf_file: str | None = None

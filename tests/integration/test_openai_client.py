@@ -21,7 +21,7 @@ import pytest
 
 from orchrm.config import BackendConfig
 from orchrm.errors import BackendError
-from orchrm.execution.llm import LLMClient, make_client
+from orchrm.execution.llm import LLMClient, complete_many, make_client
 from orchrm.execution.llm.openai_client import OpenAIClient
 
 pytestmark = pytest.mark.integration
@@ -202,7 +202,7 @@ def test_the_factory_builds_each_backend_from_its_config(scenario):
 
 def test_complete_many_keeps_the_order_of_its_conversations(scenario):
     s = scenario("ok")
-    out = s.client(concurrency=3).complete_many([MESSAGES] * 5, max_tokens=4, temperature=0.5, n=2)
+    out = complete_many(s.client(concurrency=3), [MESSAGES] * 5, max_tokens=4, temperature=0.5, n=2)
     assert [c.texts for c in out] == [("answer 0", "answer 1")] * 5
     assert len(s.requests()) == 5
 

