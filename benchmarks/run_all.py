@@ -5,7 +5,7 @@
 
 Each writes ``benchmarks/results/<name>.json``; :mod:`benchmarks.render` then rebuilds every page,
 ``docs/results.md`` and the README's block (also after a failure: the others' pages are current).
-``registry``, ``serving_load``, ``sweep_defaults`` and ``gpu_train`` are run on their own (``python -m
+``registry``, ``serving_load``, ``llm_backend``, ``sweep_defaults`` and ``gpu_train`` are run on their own (``python -m
 benchmarks.<name>``). The real data sets (GSM8K, SQuAD, StrategyQA) are read from
 ``$ORCHRM_DATA_DIR``; when it is unset and a ``shared/data`` folder sits beside the project, that
 folder is used; without either, the benchmarks run on the built-in generators only.

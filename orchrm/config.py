@@ -334,12 +334,50 @@ class RunConfig(FrozenConfig):
     retry_delay_s: float = Field(10.0, ge=0)
 
 
+class BackendConfig(FrozenConfig):
+    """What runs the agents (:mod:`orchrm.execution.llm`): the built-in ``sandbox`` (no LLM), a
+    local causal LM through ``transformers`` or an OpenAI-compatible chat-completions server
+    (vLLM, Ollama, llama.cpp's server, OpenAI) through ``openai``."""
+
+    kind: Literal["sandbox", "transformers", "openai"] = "sandbox"
+    #: transformers: a model directory, a ``.gguf`` file, or the folder of ``gguf_file``; openai: the served model's name
+    model: str | None = None
+    #: transformers: a GGUF file inside ``model`` (dequantized on load)
+    gguf_file: str | None = None
+    #: openai: the server's base URL, e.g. ``http://127.0.0.1:8000/v1``; else ``$OPENAI_BASE_URL``
+    base_url: str | None = None
+    #: openai: the API key; else ``$OPENAI_API_KEY`` (a local server may need none). Never logged
+    api_key: str | None = None
+    #: openai: seconds to wait for one reply, and attempts on a timeout, a 429 or a 5xx (with backoff)
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    #: openai: requests in flight at once
+    concurrency: int = Field(4, ge=1)
+    #: tokens per completion at most, and the sampling temperature of samples that must differ
+    #: (SelfConsistency, Debate); single answers are greedy
+    max_tokens: int = Field(256, ge=1)
+    temperature: float = Field(0.7, ge=0)
+    #: transformers: ``cpu``, ``cuda``, ``cuda:1``...; None: a GPU when there is one
+    device: str | None = None
+
+    @model_validator(mode="after")
+    def _needs_a_model(self) -> BackendConfig:
+        if self.kind != "sandbox" and not self.model:
+            raise ValueError(f"backend.kind {self.kind!r} needs backend.model (a model directory for transformers, "
+                             "the served model's name for openai)")
+        if self.gguf_file and self.kind != "transformers":
+            raise ValueError("backend.gguf_file is read by the transformers backend only")
+        return self
+
+
 class PipelineConfig(FrozenConfig):
     """The whole pipeline. ``data_dir`` holds run data (tables, models, tracking store)."""
 
     data_dir: str = ".orchrm"
     #: the sandbox's noise model (orchrm/execution/sandbox/config.py: configuration only, no simulator)
     sandbox: NoiseConfig = Field(default_factory=NoiseConfig)
+    #: what runs the agents: the sandbox (default) or a real LLM
+    backend: BackendConfig = Field(default_factory=BackendConfig)
     collect: CollectConfig = Field(default_factory=CollectConfig)
     pairs: PairsConfig = Field(default_factory=PairsConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)

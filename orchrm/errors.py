@@ -57,3 +57,9 @@ class PromotionRejected(OrchRMError):
 class RegistryError(OrchRMError, RuntimeError):
     """The model registry cannot answer (unreachable tracking server, missing alias or version,
     files gone or corrupt); says what to do."""
+
+
+class BackendError(OrchRMError, RuntimeError):
+    """An LLM backend could not answer: a model file that is missing or unreadable, a server that
+    is unreachable, times out, keeps refusing (429, 5xx) or replies with something malformed.
+    The message names the backend setting or the server to check."""

@@ -4,6 +4,7 @@
 - :mod:`~benchmarks.render.best_of_n`, :mod:`~benchmarks.render.token_efficiency`: the two
   plan-selection pages, with their plots and the README's headline;
 - :mod:`~benchmarks.render.collection`, :mod:`~benchmarks.render.ingest`,
-  :mod:`~benchmarks.render.training`, :mod:`~benchmarks.render.serving`: the pages of the data,
-  ingest, training and serving benchmarks.
+  :mod:`~benchmarks.render.training`, :mod:`~benchmarks.render.serving`,
+  :mod:`~benchmarks.render.llm_backend`: the pages of the data, ingest, training, serving and
+  LLM-backend benchmarks.
 """
