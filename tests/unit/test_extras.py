@@ -201,9 +201,9 @@ def _declared_by(module: str, requirements: Iterable[str]) -> bool:
 
 def test_every_package_orchrm_imports_is_declared_and_what_loads_with_a_module_is_core():
     """An import of a package pyproject.toml does not name works only while something else
-    happens to install it; a load-time import of a [pipeline] package would make its module
-    unimportable in a lean install (import it where it is used instead)."""
-    declared = PROJECT["dependencies"] + EXTRAS["pipeline"]
+    happens to install it; a load-time import of a [pipeline] or [llm] package would make its
+    module unimportable in a lean install (import it where it is used instead)."""
+    declared = PROJECT["dependencies"] + EXTRAS["pipeline"] + EXTRAS["llm"]
     undeclared = {m: files for m, files in _third_party_imports(load_time_only=False).items() if not _declared_by(m, declared)}
     assert undeclared == {}
     not_core = {m: files for m, files in _third_party_imports(load_time_only=True).items() if not _declared_by(m, PROJECT["dependencies"])}
