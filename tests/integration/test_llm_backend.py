@@ -85,7 +85,7 @@ def test_two_node_plan_on_two_gsm8k_problems_writes_real_artifacts(backend, gsm8
 
 
 def test_a_completion_cut_before_its_answer_is_a_parse_failure_not_a_wrong_answer(client, gsm8k):
-    run = MultiAgentExecutor(backend=LLMBackend(client, max_tokens=4)).run_plan(gsm8k[0], Plan.parse('<agent id="a1" type="CoT"/>'))
+    run = MultiAgentExecutor(backend=LLMBackend(client, max_tokens=4)).run_plan(gsm8k[0], Plan.parse('<agent id="a1" type="CoT" model="small"/>'))
     (row,) = run.rows
     assert row["parse_failed"] and row["answer"] is None and row["quality"] == 0.0
     assert row["completion_tokens"] == 4
@@ -96,7 +96,7 @@ def test_a_completion_cut_before_its_answer_is_a_parse_failure_not_a_wrong_answe
     [
         ('<agent id="a1" type="Debate" model="small" agents="2" rounds="1"/>', {3}),
         ('<agent id="a1" type="Reflexion" model="small" iterations="1"/>', {3}),
-        ('<agent id="s" type="WebSearch" queries="2" top_k="2"/><agent id="a" type="CoT"/><edge from="s" to="a"/>', {2}),
+        ('<agent id="s" type="WebSearch" queries="2" top_k="2"/><agent id="a" type="CoT" model="small"/><edge from="s" to="a"/>', {2}),
     ],
     ids=["debate", "reflexion", "websearch-cot"],
 )
@@ -122,7 +122,7 @@ def test_every_agent_type_runs_on_the_model(client, gsm8k, plan, calls):
 def test_reflexion_on_code_runs_the_docstring_examples_in_the_sandbox(client):
     (task,) = load_tasks("code", 1, seed=0)
     backend = LLMBackend(client, max_tokens=48)
-    run = MultiAgentExecutor(backend=backend).run_plan(task, Plan.parse('<agent id="a1" type="Reflexion" iterations="1"/>'))
+    run = MultiAgentExecutor(backend=backend).run_plan(task, Plan.parse('<agent id="a1" type="Reflexion" model="small" iterations="1"/>'))
     (out,) = run.outputs
     if out.parse_failed:  # no code in the first attempt: nothing to run the examples on
         assert out.answer is None and run.rows[0]["quality"] == 0.0
