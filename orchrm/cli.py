@@ -56,10 +56,14 @@ def seed_int(text: str) -> int:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from orchrm.config import load_config
+    from orchrm.config import config_from_dict, load_config
     from orchrm.execution.collect import collect_to_file, parse_sources, summarize
 
     cfg = load_config(args.config)
+    backend = cfg.backend
+    if args.backend or args.model:  # validated as the config's own section, so an error names backend.<field>
+        update = {k: v for k, v in (("kind", args.backend), ("model", args.model)) if v}
+        backend = config_from_dict({"backend": {**backend.model_dump(), **update}}, origin="--backend/--model").backend
     domains = cfg.collect.domains if args.domain == "all" else (args.domain,)
     source = parse_sources(args.source) if args.source else dict(cfg.collect.sources) or None
     df = collect_to_file(
@@ -77,6 +81,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         branch_depth=cfg.collect.branch_depth if args.branch_depth is None else args.branch_depth,
         repeats=args.repeats or cfg.collect.repeats,
         progress=not args.quiet,
+        backend=backend,
     )
     print(summarize(df))
     print(f"wrote {len(df)} artifacts to {args.out}")
@@ -290,8 +295,15 @@ def _collect_arguments(p: argparse.ArgumentParser) -> None:
         help="executions of every plan per task, each its own run: pairs then compare mean qualities, so labels "
         "follow expected rather than lucky quality, for that many times the tokens (default: the config's, 1)",
     )
-    p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: one per CPU core)")
-    p.add_argument("--config", default=None, help="YAML config (sandbox noise, samplers); default: built-in defaults")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="worker processes (default: one per CPU core); with --backend openai, threads (default: "
+                   "backend.concurrency); a transformers model runs in this process")
+    p.add_argument("--backend", choices=("sandbox", "transformers", "openai"), default=None,
+                   help="what runs the agents: the sandbox (no LLM), a local transformers model or an OpenAI-compatible "
+                   "server (default: the config's backend.kind, sandbox); the other settings come from the config's backend:")
+    p.add_argument("--model", default=None,
+                   help="the backend's model: a model directory or .gguf file (transformers), the served model's name (openai)")
+    p.add_argument("--config", default=None, help="YAML config (sandbox noise, samplers, backend); default: built-in defaults")
     p.add_argument("--out", required=True, help="output table, .parquet or .jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -442,8 +454,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         _cmd_collect,
         "run candidate plans on tasks and record every artifact",
         "Sample --plans candidate plans per task, execute them in the sandbox (no LLM needed) in parallel "
-        "processes, and write the artifact table (every intermediate and final output, with token costs). "
-        "Deterministic for a seed.",
+        "processes, or on a real model (--backend transformers | openai, or the config's backend: section), and "
+        "write the artifact table (every intermediate and final output, with token costs). Deterministic for a "
+        "seed on the sandbox.",
         _collect_arguments,
     ),
     Subcommand(

@@ -22,6 +22,7 @@ import pandas as pd
 from orchrm.data.quality import numeric_match, token_f1
 from orchrm.data.tables import (
     ARTIFACT_COLUMNS,
+    ARTIFACT_DEFAULTS,
     check_output_table,
     non_boolean_rows,
     read_table,
@@ -179,7 +180,8 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     default ``run_id`` hashes the traces themselves), a row of an ``<agent>`` plan without a
     ``node_id`` is its plan's last agent, tokens by counting the text, ``cost`` = tokens,
     ``is_final`` = the last node of each execution (task, run, plan),
-    ``quality`` from ``answer`` vs ``reference`` (numeric match for math, token F1 otherwise).
+    ``quality`` from ``answer`` vs ``reference`` (numeric match for math, token F1 otherwise),
+    ``parse_failed`` (an answer the system could not read from its agent's text) false.
 
     A row of an ``<agent>`` plan names one of its agents, with one exception: a row marked
     ``is_final`` whose ``node_id`` is not in the plan is the plan's final output written by a
@@ -207,6 +209,7 @@ def ingest_traces(df: pd.DataFrame, *, run_id: str | None = None) -> pd.DataFram
     _graph_columns(df, out, plans)
     _cost_columns(df, out)
     out["is_final"] = _final_flags(df, out)
+    out["parse_failed"] = df["parse_failed"].astype(bool) if "parse_failed" in df.columns else ARTIFACT_DEFAULTS["parse_failed"]
     out["quality"] = _quality(df, out)
     out["created_at"] = (
         pd.to_datetime(df["created_at"], utc=True, format="ISO8601") if "created_at" in df.columns else pd.Timestamp.now(tz="UTC")
@@ -319,8 +322,27 @@ def _final_flag_problems(df: pd.DataFrame) -> list[str]:
     return [f"column 'is_final': not a boolean in rows {_rows_text(bad)}"] if len(bad) else []
 
 
+def _parse_flag_problems(df: pd.DataFrame) -> list[str]:
+    """``parse_failed`` (optional) is a boolean, and a row that says its answer could not be read
+    has no answer."""
+    if "parse_failed" not in df.columns:
+        return []
+    bad = non_boolean_rows(df["parse_failed"])
+    if len(bad):
+        return [f"column 'parse_failed': not a boolean in rows {_rows_text(bad)}"]
+    if "answer" in df.columns:
+        both = df.index[df["parse_failed"].astype(bool).to_numpy() & df["answer"].notna().to_numpy()]
+        if len(both):
+            return [f"columns 'parse_failed' and 'answer': rows {_rows_text(both)} say no answer could be read yet give one; "
+                    "set parse_failed to false there, or the answer to null"]
+    return []
+
+
 #: the checks of every cell, in the order their problems are reported
-_CELL_CHECKS = (_text_problems, _id_problems, _number_problems, _time_and_parent_problems, _quality_problems, _final_flag_problems)
+_CELL_CHECKS = (
+    _text_problems, _id_problems, _number_problems, _time_and_parent_problems, _quality_problems, _final_flag_problems,
+    _parse_flag_problems,
+)
 
 
 def _parse_plans(df: pd.DataFrame) -> tuple[_Plans, list[str]]:

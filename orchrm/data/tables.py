@@ -41,8 +41,13 @@ ARTIFACT_SCHEMA: Mapping[str, tuple[str, str]] = {
     "is_final": ("bool", "output of the plan's sink: the plan's answer"),
     "quality": ("float?", "in [0, 1], from the quality function; null when unknowable"),
     "created_at": ("datetime", "UTC time of the collection run"),
+    "parse_failed": ("bool", "the agent wrote text but no answer could be read from it (a real model's format "
+                     "slip): answer is null and quality 0 for that reason, not for a wrong answer; optional"),
 }
 ARTIFACT_COLUMNS: tuple[str, ...] = tuple(ARTIFACT_SCHEMA)
+#: columns added after tables were first written: a table without one reads as holding this value
+#: in every row (an older collection, a user's traces that do not say)
+ARTIFACT_DEFAULTS: Mapping[str, object] = {"parse_failed": False}
 
 #: Pair table: TRL's preference columns (prompt/chosen/rejected/margin) plus provenance.
 PAIR_SCHEMA: Mapping[str, tuple[str, str]] = {
@@ -165,16 +170,28 @@ def non_boolean_rows(values: pd.Series) -> pd.Index:
     return values.index[~values.map(lambda v: isinstance(v, bool | np.bool_) or v in (0, 1)).to_numpy(dtype=bool)]
 
 
+def with_artifact_defaults(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every optional column (:data:`ARTIFACT_DEFAULTS`) it lacks filled with its
+    default; ``df`` itself when it lacks none."""
+    missing = {c: v for c, v in ARTIFACT_DEFAULTS.items() if c not in df.columns}
+    return df.assign(**missing) if missing else df
+
+
 def artifacts_frame(rows: list[dict]) -> pd.DataFrame:
-    """Build an artifact table from row dicts, with the schema's column order and dtypes."""
+    """Build an artifact table from row dicts, with the schema's column order and dtypes (an
+    optional column a row lacks takes its default, :data:`ARTIFACT_DEFAULTS`)."""
     if not rows:
         return empty_artifacts()
     df = pd.DataFrame.from_records(rows, columns=list(ARTIFACT_COLUMNS))
+    for col, default in ARTIFACT_DEFAULTS.items():
+        if df[col].isna().any():
+            df[col] = df[col].astype(object).where(df[col].notna(), default)
     for col in ("depth", "prompt_tokens", "completion_tokens"):
         df[col] = df[col].astype("int64")
     df["cost"] = df["cost"].astype("float64")
     df["quality"] = pd.to_numeric(df["quality"], errors="coerce").astype("float64")
     df["is_final"] = df["is_final"].astype(bool)
+    df["parse_failed"] = df["parse_failed"].astype(bool)
     df["created_at"] = pd.to_datetime(df["created_at"], utc=True)
     return df
 

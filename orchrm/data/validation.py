@@ -181,7 +181,23 @@ def derive_artifact_columns(df: pd.DataFrame) -> pd.DataFrame:
         finals = pd.to_numeric(out["is_final"], errors="coerce").fillna(0).astype("int64")
         keys = [key["run_id"], key["task_id"], key["plan_id"]]
         out["dq_finals_per_execution"] = finals.groupby(keys, dropna=False).transform("sum")
+    out["dq_parse_failed"] = _parse_flags(out)
+    if "answer" in out.columns:
+        out["dq_parse_failed_with_answer"] = ((out["dq_parse_failed"] == 1) & out["answer"].notna()).astype("int64")
     return out
+
+
+def _parse_flags(df: pd.DataFrame) -> pd.Series:
+    """``parse_failed`` as 1 / 0, -1 where a cell is not a boolean; 0 throughout for a table written
+    before the column existed (its default, :data:`orchrm.data.tables.ARTIFACT_DEFAULTS`)."""
+    from orchrm.data.tables import non_boolean_rows
+
+    if "parse_failed" not in df.columns:
+        return pd.Series(0, index=df.index, dtype="int64")
+    flags = pd.Series(-1, index=df.index, dtype="int64")
+    ok = df.index.difference(non_boolean_rows(df["parse_failed"]))
+    flags[ok] = df.loc[ok, "parse_failed"].astype(bool).astype("int64")
+    return flags
 
 
 def derive_pair_columns(df: pd.DataFrame, artifacts: pd.DataFrame | None = None) -> pd.DataFrame:

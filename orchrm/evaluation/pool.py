@@ -105,11 +105,14 @@ def candidate_order(seed: int, pool_seed: int, task_id: str, n: int) -> list[int
     return order
 
 
-def _pool_rows(tasks: Sequence[Any], *, candidates: int, seed: int, pool_seeds: Sequence[int], repeats: int, noise: Any) -> list[dict]:
-    """Pool rows of ``tasks`` (runs in a worker process; deterministic for its arguments)."""
+def _pool_rows(
+    tasks: Sequence[Any], *, candidates: int, seed: int, pool_seeds: Sequence[int], repeats: int, noise: Any, backend: Any = None
+) -> list[dict]:
+    """Pool rows of ``tasks`` (runs in a worker process; deterministic for its arguments on the
+    sandbox)."""
     from orchrm.execution.collect import plans_for_task, worker_executor
 
-    ex = worker_executor(noise)
+    ex = worker_executor(noise, backend)
     rows: list[dict] = []
     for task in tasks:
         plans = [plan for _, plan in plans_for_task(task, candidates, seed, {"base": 1.0})]
@@ -227,7 +230,11 @@ def build_pool(
     Deterministic for a config: plans and executions are seeded from ``(evaluate.seed, task_id,
     plan_id, pool seed or re-run)``, never from the worker or the order the work finishes in.
     ``workers`` (default ``collect.workers``, else one per core) processes share the tasks.
+    With a real model (``config.backend``) every execution and re-run is the model's, at its
+    token cost, in this process or on threads (:func:`orchrm.execution.collect.map_chunks`); the
+    pool's meta names the backend and model.
     """
+    from orchrm.execution.collect import map_chunks, uses_llm
     from orchrm.util.progress import progress_bar
 
     e = config.evaluate
@@ -248,7 +255,10 @@ def build_pool(
     bar = progress_bar(total=len(tasks), desc="evaluation pool", unit="task", enabled=progress)
     results: list[list[dict]] = []
     try:
-        if workers == 1 or len(chunks) == 1:
+        if uses_llm(config.backend):  # a real model: in this process, or threads for an endpoint
+            results = map_chunks(_pool_rows, chunks, {**kwargs, "backend": config.backend}, workers=workers,
+                                 backend=config.backend, what="evaluation-pool", done=lambda i: bar.update(len(chunks[i])))
+        elif workers == 1 or len(chunks) == 1:
             for c in chunks:
                 results.append(_pool_rows(c, **kwargs))
                 bar.update(len(c))
@@ -272,6 +282,8 @@ def build_pool(
     domains = sorted(set(config.collect.domains) if explicit is None else {t.domain for t in tasks})
     meta = {"kind": "sandbox", "seed": e.seed, "candidates": e.candidates, "pool_seeds": list(e.pool_seeds),
             "repeats": e.repeats, "tasks": len(tasks), "sampler": "base", "domains": domains}
+    if uses_llm(config.backend):
+        meta["backend"] = {"kind": config.backend.kind, "model": config.backend.model}
     short = frame.groupby("task_id").size().lt(e.candidates * len(e.pool_seeds))
     if short.any():
         log.warning("%d task(s) have fewer than %d distinct candidate plans", int(short.sum()), e.candidates)

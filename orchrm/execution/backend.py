@@ -28,6 +28,9 @@ class NodeOutput:
     - ``confidence``: the agent's own confidence in ``answer`` in [0, 1] (read by the
       trajectory-level selector; never by the reward model).
     - ``state``: backend-private payload handed to child nodes (e.g. retrieved documents).
+    - ``parse_failed``: the agent wrote text but no answer could be read from it (a real model's
+      format slip: ``answer`` is None and the quality 0, and the artifact's ``parse_failed`` says
+      why). Never set by the sandbox, whose agents always write their answer.
     """
 
     node_id: str
@@ -38,6 +41,7 @@ class NodeOutput:
     completion_tokens: int
     confidence: float = 0.5
     state: Any = field(default=None, repr=False, compare=False)
+    parse_failed: bool = False
 
 
 def node_cost(backend: Backend, node: PlanNode, output: NodeOutput) -> float:

@@ -16,12 +16,14 @@ the number of workers or the order in which they finish.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 import random
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchrm.config import CollectConfig
+from orchrm.config import BackendConfig, CollectConfig
 from orchrm.data.tables import artifacts_frame, check_output_table, write_table
 from orchrm.errors import CollectionError, ConfigError, TaskError
 from orchrm.execution.executor import MultiAgentExecutor
@@ -41,6 +43,8 @@ from orchrm.model.texts import plan_part_text
 from orchrm.plans import Plan
 from orchrm.util.digests import stable_id
 from orchrm.util.progress import progress_bar
+
+log = logging.getLogger(__name__)
 
 
 def allocate(n: int, shares: Mapping[str, float]) -> dict[str, int]:
@@ -143,17 +147,78 @@ def branch_plans(task: Task, *, branches: int, depth: int, seed: int, shares: Ma
     return [Branch(candidates[plan_id][0], candidates[plan_id][1], depth_) for plan_id, depth_ in stop.items()]
 
 
-# one executor per worker process (domain state, BM25 indexes and code sandboxes are reused)
+# one executor per worker process (domain state, BM25 indexes, code sandboxes and a real model
+# are reused); threads collecting from one HTTP endpoint share it
 _WORKER: dict[str, MultiAgentExecutor] = {}
+_WORKER_LOCK = threading.Lock()
 
 
-def worker_executor(noise: NoiseConfig | None) -> MultiAgentExecutor:
-    """This process's executor for ``noise`` (made once, then reused by every task it runs)."""
+def uses_llm(backend: BackendConfig | None) -> bool:
+    """Whether ``backend`` runs the agents on a real model (anything but the sandbox)."""
+    return backend is not None and backend.kind != "sandbox"
+
+
+def backend_identity(backend: BackendConfig) -> str:
+    """What of a real backend's settings changes the rows (the model and how it is asked), as JSON;
+    never the API key, nor the transport settings (timeouts, retries, concurrency)."""
+    return backend.model_dump_json(include={"kind", "model", "gguf_file", "base_url", "max_tokens", "temperature"})
+
+
+def worker_executor(noise: NoiseConfig | None, backend: BackendConfig | None = None) -> MultiAgentExecutor:
+    """This process's executor for ``noise`` and ``backend`` (made once, then reused by every
+    task it runs: a transformers model loads once per process)."""
     key = "default" if noise is None else noise.model_dump_json()
+    if uses_llm(backend):
+        key += "|" + backend.model_dump_json()
     ex = _WORKER.get(key)
     if ex is None:
-        ex = _WORKER[key] = MultiAgentExecutor(noise=noise)
+        with _WORKER_LOCK:
+            ex = _WORKER.get(key)
+            if ex is None:
+                ex = _WORKER[key] = MultiAgentExecutor(noise=noise, backend=backend if uses_llm(backend) else "sandbox")
     return ex
+
+
+def map_chunks(
+    fn, chunks: Sequence, kwargs: Mapping, *, workers: int, backend: BackendConfig | None, what: str, done=None
+) -> list[list[dict]]:
+    """``fn(chunk, **kwargs)`` for every chunk, results in chunk order; ``done(i)`` after each.
+
+    The sandbox spreads chunks over ``workers`` processes. A real model does not: a transformers
+    model per process would load (and hold) one copy each, so its chunks run in this process; an
+    OpenAI-compatible endpoint is I/O-bound, so its chunks run on threads (at most
+    ``backend.concurrency`` requests are in flight whatever their number).
+    """
+    results: dict[int, list[dict]] = {}
+    done = done or (lambda i: None)
+    kind = backend.kind if uses_llm(backend) else "sandbox"
+    if kind == "transformers" and workers > 1 and len(chunks) > 1:
+        log.info("the %s on a local transformers model runs in this process (asked for %d workers)", what, workers)
+    if workers == 1 or len(chunks) == 1 or kind == "transformers":
+        for i, c in enumerate(chunks):
+            results[i] = fn(c, **kwargs)
+            done(i)
+    elif kind == "openai":
+        with ThreadPoolExecutor(max_workers=min(workers, len(chunks)), thread_name_prefix="orchrm-collect") as pool:
+            futures = {pool.submit(fn, c, **kwargs): i for i, c in enumerate(chunks)}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                done(futures[fut])
+    else:
+        try:
+            with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
+                futures = {pool.submit(fn, c, **kwargs): i for i, c in enumerate(chunks)}
+                for fut in as_completed(futures):
+                    results[futures[fut]] = fut.result()
+                    done(futures[fut])
+        except BrokenProcessPool:
+            raise CollectionError(
+                f"a {what} worker process died before it finished ({workers} workers). Called from a "
+                "script? Worker processes start fresh and import the script again: put the call under "
+                "`if __name__ == \"__main__\":`. Otherwise it may have run out of memory: use fewer workers "
+                "(workers=1 runs in this process)"
+            ) from None
+    return [results[i] for i in range(len(chunks))]
 
 
 def run_tasks(
@@ -170,10 +235,11 @@ def run_tasks(
     branches: int = 16,
     branch_depth: int = 0,
     repeats: int = 1,
+    backend: BackendConfig | None = None,
 ) -> list[dict]:
     """Artifact rows of all candidate plans of ``tasks``, each executed ``repeats`` times (runs in
     a worker process)."""
-    ex = worker_executor(noise)
+    ex = worker_executor(noise, backend)
     rows: list[dict] = []
     for task in tasks:
         if mode == "branch":
@@ -242,11 +308,14 @@ def collection_run_id(
     noise: NoiseConfig | None,
     *,
     branches: int | None = None,
+    backend: BackendConfig | None = None,
 ) -> str:
     """The run id: a hash of everything that changes the rows (artifact ids derive from it).
 
     The sandbox noise config is hashed only when it differs from the default: naming the default
-    explicitly is the same run as leaving it out. ``stop_after_depth`` (and the branch mode's
+    explicitly is the same run as leaving it out. A real backend is hashed by
+    :func:`backend_identity` (its model and sampling settings), so its rows never share ids with
+    the sandbox's. ``stop_after_depth`` (and the branch mode's
     ``branch_depth``) is left out on purpose: a prefix run's rows are exactly the full run's rows
     for those nodes, so they share ids. ``branches`` (given in branch mode only, where
     ``plans_per_task`` is unused) replaces ``plans_per_task``.
@@ -257,6 +326,8 @@ def collection_run_id(
         parts = ["branch", seed, branches, sorted(shares.items()), *task_ids]
     if noise is not None and noise != NoiseConfig():
         parts.append(noise.model_dump_json())
+    if uses_llm(backend):
+        parts.append(backend_identity(backend))
     return stable_id("collect", *parts)
 
 
@@ -277,8 +348,13 @@ def collect(
     branch_depth: int = 0,
     repeats: int = 1,
     progress: bool = True,
+    backend: BackendConfig | None = None,
 ) -> pd.DataFrame:
     """Run ``plans_per_task`` candidate plans on each task and return the artifact table.
+
+    ``backend`` (:class:`orchrm.config.BackendConfig`) runs the agents on a real model instead
+    of the sandbox (``kind: transformers | openai``); its chunks of tasks then run in this process
+    or on threads, never in worker processes (:func:`map_chunks`).
 
     ``mode="full"`` runs every plan to its sink (or to ``stop_after_depth``). ``mode="branch"``
     runs plan prefixes only: per task, ``branches`` alternatives at every shared prefix down to
@@ -314,7 +390,8 @@ def collect(
             "pass each task once"
         )
     run_id = collection_run_id(
-        seed, plans_per_task, shares, [t.task_id for t in tasks], noise, branches=branches if mode == "branch" else None
+        seed, plans_per_task, shares, [t.task_id for t in tasks], noise, branches=branches if mode == "branch" else None,
+        backend=backend,
     )
     created_at = datetime.now(UTC)
     kwargs = dict(
@@ -330,40 +407,26 @@ def collect(
         branch_depth=branch_depth,
         repeats=repeats,
     )
-    workers = workers or os.cpu_count() or 1
+    if uses_llm(backend):
+        kwargs["backend"] = backend
+    workers = workers or (backend.concurrency if uses_llm(backend) and backend.kind == "openai" else os.cpu_count()) or 1
     chunk = max(1, min(16, len(tasks) // (workers * 4) or 1))
     chunks = [tasks[i : i + chunk] for i in range(0, len(tasks), chunk)]
-    results: dict[int, list[dict]] = {}
     bar = progress_bar(total=len(tasks), desc="collect", unit="task", enabled=progress)
     try:
-        if workers == 1 or len(chunks) == 1:
-            for i, c in enumerate(chunks):
-                results[i] = run_tasks(c, **kwargs)
-                bar.update(len(c))
-        else:
-            try:
-                with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=get_context("spawn")) as pool:
-                    futures = {pool.submit(run_tasks, c, **kwargs): i for i, c in enumerate(chunks)}
-                    for fut in as_completed(futures):
-                        i = futures[fut]
-                        results[i] = fut.result()
-                        bar.update(len(chunks[i]))
-            except BrokenProcessPool:
-                raise CollectionError(
-                    f"a collection worker process died before it finished ({workers} workers). Called from a "
-                    "script? Worker processes start fresh and import the script again: put the call under "
-                    "`if __name__ == \"__main__\":`. Otherwise it may have run out of memory: use fewer workers "
-                    "(workers=1 runs in this process)"
-                ) from None
+        results = map_chunks(run_tasks, chunks, kwargs, workers=workers, backend=backend, what="collection",
+                             done=lambda i: bar.update(len(chunks[i])))
     finally:
         bar.close()
-    rows = [r for i in range(len(chunks)) for r in results[i]]
-    return artifacts_frame(rows)
+    return artifacts_frame([r for rows in results for r in rows])
 
 
-def collect_from_config(config: CollectConfig, noise: NoiseConfig | None = None, *, progress: bool = True) -> pd.DataFrame:
+def collect_from_config(
+    config: CollectConfig, noise: NoiseConfig | None = None, *, progress: bool = True, backend: BackendConfig | None = None
+) -> pd.DataFrame:
     """:func:`collect` with every setting of ``config`` (the one place that maps the config's
-    fields to its arguments: the pipeline, ``orchrm collect`` and the benchmarks call this)."""
+    fields to its arguments: the pipeline, ``orchrm collect`` and the benchmarks call this);
+    ``backend`` as for :func:`collect`."""
     return collect(
         domains=config.domains,
         tasks_per_domain=config.tasks_per_domain,
@@ -378,6 +441,7 @@ def collect_from_config(config: CollectConfig, noise: NoiseConfig | None = None,
         branch_depth=config.branch_depth,
         repeats=config.repeats,
         progress=progress,
+        backend=backend,
     )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from orchrm.config import BackendConfig
 from orchrm.errors import ConfigError, PlanError
 from orchrm.execution.backend import Backend, NodeOutput, node_cost
 from orchrm.execution.sandbox.config import NoiseConfig
@@ -87,14 +88,21 @@ def _check_num_plans(n: object) -> int:
     return n
 
 
-def _make_backend(backend: str | Backend, noise: NoiseConfig | None) -> Backend:
+def _make_backend(backend: str | BackendConfig | Backend, noise: NoiseConfig | None) -> Backend:
+    if isinstance(backend, BackendConfig):
+        from orchrm.execution.llm.backend import backend_from_config
+
+        return backend_from_config(backend, noise)
     if not isinstance(backend, str):
         return backend
     if backend == "sandbox":
         from orchrm.execution.sandbox.engine import SandboxBackend
 
         return SandboxBackend(noise)
-    raise ValueError(f"unknown backend {backend!r}; use 'sandbox' or pass a Backend instance")
+    if backend in ("transformers", "openai"):
+        raise ValueError(f"backend {backend!r} needs a model: pass backend=BackendConfig(kind={backend!r}, model=...) "
+                         "(orchrm.config.BackendConfig), or an LLMBackend")
+    raise ValueError(f"unknown backend {backend!r}; use 'sandbox', a BackendConfig or a Backend instance")
 
 
 class MultiAgentExecutor:
@@ -104,7 +112,9 @@ class MultiAgentExecutor:
       chains over these roles. Without it, plans come from ``orchestrator``.
     - ``orchestrator``: ``"default"`` / ``"specialized"`` / ``"base"`` plan sampler.
     - ``num_plans``: candidate plans :meth:`run` executes per task.
-    - ``backend``: ``"sandbox"`` or any object implementing :class:`orchrm.execution.backend.Backend`.
+    - ``backend``: ``"sandbox"``, a :class:`orchrm.config.BackendConfig` (``kind: transformers |
+      openai`` runs the agents on a real model, :class:`orchrm.execution.llm.backend.LLMBackend`),
+      or any object implementing :class:`orchrm.execution.backend.Backend`.
     """
 
     def __init__(
@@ -112,7 +122,7 @@ class MultiAgentExecutor:
         agents: Sequence[str] | None = None,
         orchestrator: str = "default",
         *,
-        backend: str | Backend = "sandbox",
+        backend: str | BackendConfig | Backend = "sandbox",
         num_plans: int = 4,
         seed: int = 0,
         noise: NoiseConfig | None = None,
@@ -218,6 +228,7 @@ class MultiAgentExecutor:
                     "is_final": node.id == sink,
                     "quality": quality,
                     "created_at": created_at,
+                    "parse_failed": out.parse_failed,
                 }
             )
         return PlanRun(task, plan, orchestrator, tuple(done.values()), tuple(rows))

@@ -162,6 +162,12 @@ def _call(stage: Callable, *args, **kwargs):
     return _submit(stage, *args, **kwargs).result()
 
 
+def _backend(config: PipelineConfig) -> dict:
+    """The ``backend=`` of the stages that execute plans: given only for a real model, so the
+    sandbox's stage calls (and the flows' cache keys on them) stay as they were."""
+    return {"backend": config.backend} if config.backend.kind != "sandbox" else {}
+
+
 @dataclass(frozen=True)
 class Stages:
     """The stage functions :func:`run_pipeline` calls. The defaults run here and now; the flows
@@ -372,11 +378,14 @@ def _ingest_step(stages: Stages, clock: _Clock, new: NewTraces, *, out: Path) ->
 
 
 def _collect_step(run: _Run) -> Artifacts:
-    """Step 1 without traces: collect in the sandbox."""
+    """Step 1 without traces: collect in the sandbox (or on ``backend``'s real model)."""
     c = run.config.collect
     runs = f" x {c.repeats} executions" if c.repeats > 1 else ""
-    with run.clock.stage("collect", f"1/8 collect: {c.tasks_per_domain} tasks x {c.plans_per_task} plans{runs} in {', '.join(c.domains)}"):
-        artifacts = _call(run.stages.collect, c, run.config.sandbox, data_dir=run.config.data_dir, code_version=run.code_version, progress=run.progress)
+    b = run.config.backend
+    on = f" on {b.kind} model {b.model}" if b.kind != "sandbox" else ""
+    with run.clock.stage("collect", f"1/8 collect: {c.tasks_per_domain} tasks x {c.plans_per_task} plans{runs} in {', '.join(c.domains)}{on}"):
+        artifacts = _call(run.stages.collect, c, run.config.sandbox, data_dir=run.config.data_dir, code_version=run.code_version,
+                          progress=run.progress, **_backend(run.config))
         run.say(f"{artifacts.rows} artifacts of {artifacts.tasks} tasks: {artifacts.path}")
     return artifacts
 
@@ -416,7 +425,7 @@ def _pool_step(run: _Run, artifacts: Artifacts) -> Pool:
     kind = config.evaluate.pool_kind(ingests=artifacts.origin == "ingest")
     replay = {"replay": artifacts, "pairs": config.pairs} if kind == "replay" else {}
     pool = _call(run.stages.build_pool, config.evaluate, config.collect, config.sandbox, data_dir=config.data_dir,
-                 code_version=run.code_version, progress=run.progress, **replay)
+                 code_version=run.code_version, progress=run.progress, **replay, **({} if replay else _backend(config)))
     tag_pool(config, run.parent, pool.kind)
     what = f"replay of the held-out tasks of {pool.source}" if pool.kind == "replay" else "fresh sandbox tasks"
     run.say(f"held-out pool ({pool.kind}: {what}): {pool.tasks} tasks, {pool.rows} candidate executions: {pool.path}")
@@ -633,7 +642,8 @@ def reevaluate_champion(
 
     def sandbox_inputs(parent: str) -> tuple[Pairs, Pool, str]:
         pairs = champion_pairs(config, champion)
-        pool = _call(stages.build_pool, fresh.evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=source_hash(), progress=progress)
+        pool = _call(stages.build_pool, fresh.evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=source_hash(),
+                     progress=progress, **_backend(config))
         say(f"fresh held-out pool: {pool.tasks} tasks (seed {seed}); held-out pairs of the champion's run: {pairs.path}")
         return pairs, pool, f"{pool.tasks} fresh held-out tasks (seed {seed})"
 

@@ -246,16 +246,17 @@ class OrchestrationResult:
         return self.scoring_tokens + self.execution_tokens
 
 
-def _default_executor() -> MultiAgentExecutor:
+def _default_executor(backend: Any = "sandbox") -> MultiAgentExecutor:
     from orchrm.execution.executor import MultiAgentExecutor
 
-    return MultiAgentExecutor(orchestrator="default")
+    return MultiAgentExecutor(orchestrator="default", backend=backend)
 
 
 class _ScoredOrchestrator:
     """What both orchestrators hold: a reward model (or a URI/path for :func:`load_reward_model`),
-    the number of candidates, an executor (the sandbox's, built on first use, when None) and the
-    sampling seed."""
+    the number of candidates, an executor (built on first use when None: the default orchestrator
+    on ``backend``, the sandbox unless a :class:`orchrm.config.BackendConfig` or a backend names a
+    real model) and the sampling seed."""
 
     def __init__(
         self,
@@ -264,24 +265,29 @@ class _ScoredOrchestrator:
         executor: MultiAgentExecutor | None = None,
         *,
         seed: int | None = None,
+        backend: Any = "sandbox",
     ) -> None:
         if not isinstance(num_candidates, int) or num_candidates < 1:
             raise ValueError(f"num_candidates must be an int >= 1, got {num_candidates!r}")
         self.reward_model = _as_model(reward_model)
         self.num_candidates = num_candidates
+        if executor is not None and backend != "sandbox":
+            raise ValueError("give an executor or a backend, not both: the executor already holds its backend")
         self.executor = executor
+        self.backend = backend
         self.seed = seed
 
     def _executor(self) -> MultiAgentExecutor:
         if self.executor is None:
-            self.executor = _default_executor()
+            self.executor = _default_executor(self.backend)
         return self.executor
 
 
 class TestTimeScalableOrchestrator(_ScoredOrchestrator):
-    """Best-of-N orchestration: ``num_candidates`` plans sampled by ``executor`` (the sandbox's
-    default orchestrator when None), scored by the reward model before anything runs, and only the
-    best one executed.
+    """Best-of-N orchestration: ``num_candidates`` plans sampled by ``executor`` (the default
+    orchestrator when None), scored by the reward model before anything runs, and only the best
+    one executed (on ``backend``: the sandbox, or a real model, e.g.
+    ``backend=BackendConfig(kind="transformers", model=...)``).
 
     ``reward_model``: a :class:`BradleyTerryModel`, or a URI/path for :func:`load_reward_model`.
 

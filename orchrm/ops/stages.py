@@ -36,6 +36,7 @@ import pandas as pd
 import yaml
 
 from orchrm.config import (
+    BackendConfig,
     CollectConfig,
     EvaluateConfig,
     GatesConfig,
@@ -394,20 +395,35 @@ def reject_file(path: Path, error: Exception, *, folder: Path, digest: str | Non
     return Rejected(source=path, moved_to=target, report=report_path, reason=reason)
 
 
-def collect_stage(
-    collect: CollectConfig, sandbox: NoiseConfig, *, data_dir: str, code_version: str, progress: bool = False
-) -> Artifacts:
-    """Run the sandbox collection and write ``<data_dir>/collect/<key>/artifacts.parquet``.
+def _backend_key(backend: BackendConfig | None) -> list:
+    """The part of a stage key a real backend adds (none for the sandbox, whose keys stay as they
+    were): its model and sampling settings, never its API key."""
+    from orchrm.execution.collect import backend_identity, uses_llm
 
-    ``key`` hashes every input (tasks and their source, seed, plans, samplers, sandbox noise and
-    the code version), so the flows can cache this stage on its inputs and a cached result's
-    file is the one those inputs wrote.
+    return [backend_identity(backend)] if uses_llm(backend) else []
+
+
+def collect_stage(
+    collect: CollectConfig,
+    sandbox: NoiseConfig,
+    *,
+    data_dir: str,
+    code_version: str,
+    progress: bool = False,
+    backend: BackendConfig | None = None,
+) -> Artifacts:
+    """Run the collection (the sandbox's, or ``backend``'s real model) and write
+    ``<data_dir>/collect/<key>/artifacts.parquet``.
+
+    ``key`` hashes every input (tasks and their source, seed, plans, samplers, sandbox noise, the
+    backend and the code version), so the flows can cache this stage on its inputs and a cached
+    result's file is the one those inputs wrote.
     """
     from orchrm.data.tables import write_table
     from orchrm.execution.collect import collect_from_config
 
-    key = _key(collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version)
-    df = collect_from_config(collect, sandbox, progress=progress)
+    key = _key(collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version, *_backend_key(backend))
+    df = collect_from_config(collect, sandbox, progress=progress, backend=backend)
     path = write_table(df, Path(data_dir) / "collect" / key / "artifacts.parquet")
     return Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()), origin="sandbox")
 
@@ -599,6 +615,7 @@ def pool_stage(
     progress: bool = False,
     replay: Artifacts | None = None,
     pairs: PairsConfig | None = None,
+    backend: BackendConfig | None = None,
 ) -> Pool:
     """Build the held-out candidate pool and write ``<data_dir>/pools/<key>/pool.parquet``;
     ``key`` hashes the inputs, as for :func:`collect_stage`.
@@ -607,12 +624,15 @@ def pool_stage(
     ``evaluate.seed``, never the collection seed). With ``replay`` (an artifact table, e.g. the
     run's ingested traces): its held-out tasks (split ``test`` by ``pairs``' fractions, the
     pair table's split) replayed (:func:`orchrm.evaluation.pool.build_replay_pool`); the key then
-    hashes the table's bytes too."""
+    hashes the table's bytes too. ``backend`` executes the fresh tasks' candidates on a real
+    model instead of the sandbox (a replay executes nothing)."""
     from orchrm.evaluation.pool import build_pool, build_replay_pool
 
     if replay is None:
-        key = _key(evaluate.model_dump(mode="json"), collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version)
-        cfg = PipelineConfig(data_dir=data_dir, collect=collect, sandbox=sandbox, evaluate=evaluate)
+        key = _key(evaluate.model_dump(mode="json"), collect.model_dump(mode="json"), sandbox.model_dump(mode="json"), code_version,
+                   *_backend_key(backend))
+        cfg = PipelineConfig(data_dir=data_dir, collect=collect, sandbox=sandbox, evaluate=evaluate,
+                             **({"backend": backend} if backend is not None else {}))
         pool = build_pool(cfg, progress=progress)
         source = "sandbox"
     else:

@@ -116,6 +116,9 @@ ARTIFACT_CASES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "is_final_boolean": _set("is_final", "yes"),
     "one_final_per_execution": _second_final,
     "node_once_per_execution": lambda df: _dup_row(df, "artifact_id"),
+    "parse_failed_boolean": _set("parse_failed", "no"),
+    "parse_failure_has_no_answer": lambda df: _set("parse_failed", True, int(df["answer"].notna().to_numpy().argmax()))(df),
+    "parse_failures_few": lambda df: df.assign(parse_failed=True, answer=None),
 }
 
 #: expectation name -> how to break a good pair table so that it fires
@@ -363,3 +366,10 @@ def test_raw_traces_are_sent_to_ingest_and_a_bare_validate_is_a_usage_error(tmp_
     with pytest.raises(SystemExit) as info:
         main(["validate"])
     assert info.value.code == 2 and "error: give --artifacts and/or --pairs" in capsys.readouterr().err
+
+
+def test_a_table_written_before_parse_failed_existed_still_passes(artifacts):
+    older = artifacts.drop(columns=["parse_failed"])
+    outcomes = {o.name: o.success for o in run_expectations("artifacts", older)}
+    assert outcomes["required_columns"] and outcomes["parse_failed_boolean"] and outcomes["parse_failure_has_no_answer"]
+    validate_artifacts(older)  # no DataQualityError
