@@ -196,6 +196,19 @@ def summarise(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict
     return rows
 
 
+def versus(ours: pd.DataFrame, theirs: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict[str, Any]]:
+    """Per domain and ``all``, paired over the same tasks: ``own`` (our own-question pick minus
+    theirs) and ``swap_cost`` (our swap cost minus theirs)."""
+    both = ours.merge(theirs, on=["task_id", "domain"], suffixes=("", "_theirs"))
+    rows = []
+    for domain, t in _by_domain(both):
+        tasks = t["task_id"].to_numpy()
+        ours_cost, theirs_cost = (t["own"] - t["swapped"]).to_numpy(), (t["own_theirs"] - t["swapped_theirs"]).to_numpy()
+        rows.append({"domain": domain, "own": _diff(t["own"].to_numpy(), t["own_theirs"].to_numpy(), tasks, bootstrap, seed),
+                     "swap_cost": _diff(ours_cost, theirs_cost, tasks, bootstrap, seed)})
+    return rows
+
+
 def references(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict[str, Any]]:
     """Per domain and ``all``: the reference selectors and ``other_task_best`` [95% interval], and
     the question's worth, expected oracle - other_task_best (paired)."""
@@ -283,6 +296,12 @@ def _per_task_records(t: pd.DataFrame) -> list[dict[str, Any]]:
             for row in t.to_dict(orient="records")]
 
 
+def _tasks_with_pairs(pairs: pd.DataFrame) -> dict[str, int]:
+    """Distinct tasks with a pair, per domain and split (a finite data set may hold fewer than asked for)."""
+    counts = pairs.groupby(["domain", "split"])["task_id"].nunique()
+    return {f"{d}.{split}": int(n) for (d, split), n in counts.items()}
+
+
 def _records(rows: list[dict[str, Any]], **extra: Any) -> list[dict[str, Any]]:
     return [{**extra, **r} for r in rows]
 
@@ -302,11 +321,24 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--curve", type=int, nargs="*", default=[50, 100, 200],
                     help="distinct training tasks per domain of the learning curve's collections (none: no curve)")
     ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1], help="model and training seeds per curve point")
+    ap.add_argument("--seeded-up-to", type=int, default=None,
+                    help="curve points with more tasks per domain train the first model seed only (a time budget)")
+    ap.add_argument("--model-up-to", type=int, default=None,
+                    help="curve points with more tasks per domain fit the baseline only, no reward model (a time budget)")
     ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES))
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     return ap
+
+
+def curve_seeds(tasks: int, args: argparse.Namespace) -> list[int]:
+    """The model seeds the reward model is trained with at a curve point of ``tasks`` per domain."""
+    if args.model_up_to is not None and tasks > args.model_up_to:
+        return []
+    if args.seeded_up_to is not None and tasks > args.seeded_up_to:
+        return list(args.model_seeds[:1])
+    return list(args.model_seeds)
 
 
 def benchmark_config(args: argparse.Namespace) -> PipelineConfig:
@@ -394,19 +426,22 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for tasks in args.curve:
         cfg = with_tasks(config, tasks)
-        for seed in args.model_seeds:
+        for seed in curve_seeds(tasks, args):
             print(f"== curve: {tasks} tasks per domain, seed {seed}", file=sys.stderr, flush=True)
             cpairs, cfit = trained(with_seed(cfg, seed))
             t = pick_with_questions(rm_scorer(cfit.model), frame, partner)
-            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="reward_model", tasks_per_domain=tasks,
-                              model_seed=seed, pairs=int(len(cpairs.frame)), train_seconds=train_seconds.get(cfit.info["cache_key"]),
+            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="reward_model",
+                              tasks_per_domain=tasks, model_seed=seed, pairs=int(len(cpairs.frame)),
+                              tasks_with_pairs=_tasks_with_pairs(cpairs.frame),
+                              train_seconds=train_seconds.get(cfit.info["cache_key"]),
                               pairwise_accuracy=pairwise_accuracy(rm_scorer(cfit.model), cpairs.frame))
         if "logreg" in args.baselines:
             cpairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
             (model, fit_s), = fit_baselines(cpairs.frame, ["logreg"]).values()
             t = pick_with_questions(baseline_scorer(model), frame, partner)
-            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="logreg", tasks_per_domain=tasks,
-                              model_seed=None, pairs=int(len(cpairs.frame)), train_seconds=round(fit_s, 1),
+            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="logreg",
+                              tasks_per_domain=tasks, model_seed=None, pairs=int(len(cpairs.frame)),
+                              tasks_with_pairs=_tasks_with_pairs(cpairs.frame), train_seconds=round(fit_s, 1),
                               pairwise_accuracy=pairwise_accuracy(baseline_scorer(model), cpairs.frame))
     seconds["curve"] = round(time.perf_counter() - t0, 1)
     seconds["total"] = round(time.perf_counter() - t_start, 1)
@@ -417,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                      torch_threads=torch.get_num_threads()),
         "settings": {"tasks": args.tasks, "candidates": args.candidates, "repeats": args.repeats, "seed": args.seed,
                      "swap_seed": args.swap_seed, "curve": list(args.curve), "model_seeds": list(args.model_seeds),
+                     "curve_model_seeds": {str(t): curve_seeds(t, args) for t in args.curve},
                      "bootstrap": args.bootstrap, "config": shown_path(args.config),
                      "collection_tasks_per_domain": default_tasks, "no_question": NO_QUESTION},
         "pool": {"tasks": int(frame["task_id"].nunique()), "held_out_from_tasks_per_domain": pool_config.collect.tasks_per_domain},
@@ -426,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": seconds,
         "rows": rows,
         "references": references(head, bootstrap=args.bootstrap, seed=args.seed),
+        # each baseline against the reward model on the same tasks: > 0 where the baseline's pick is better
+        "baseline_minus_reward_model": [r for name in fitted_baselines for r in _records(
+            versus(per_task[name], head, bootstrap=args.bootstrap, seed=args.seed), scorer=name)],
         "curve": curve,
         "per_task": {name: _per_task_records(per_task[name]) for name in ("reward_model", "logreg") if name in per_task},
     }

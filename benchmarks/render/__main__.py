@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common.results_io import RESULTS, ROOT, shown_path, write_text
-from benchmarks.render import best_of_n, collection, ingest, serving, token_efficiency, training
+from benchmarks.render import (
+    best_of_n,
+    collection,
+    ingest,
+    question_reading,
+    serving,
+    token_efficiency,
+    training,
+)
 from benchmarks.render.records import (
     Benchmark,
     Figures,
@@ -40,11 +48,11 @@ from benchmarks.render.records import (
     table,
 )
 
-_ALL = {"best_of_n": best_of_n.BENCHMARK, "token_efficiency": token_efficiency.BENCHMARK,
+_ALL = {"best_of_n": best_of_n.BENCHMARK, "question_reading": question_reading.BENCHMARK, "token_efficiency": token_efficiency.BENCHMARK,
         **collection.BENCHMARKS, **ingest.BENCHMARKS, **training.BENCHMARKS, **serving.BENCHMARKS}
 #: every results file with a page, in the order of ``docs/results.md``
 BENCHMARKS: dict[str, Benchmark] = {stem: _ALL[stem] for stem in (
-    "best_of_n", "token_efficiency", "plan_choice", "collect", "ingest", "pairs", "accuracy", "train", "latency", "registry",
+    "best_of_n", "question_reading", "token_efficiency", "plan_choice", "collect", "ingest", "pairs", "accuracy", "train", "latency", "registry",
     "serving_load", "sweep_defaults")}
 #: shown in ``docs/results.md`` even before its file exists (it says so)
 ALWAYS_SHOWN = ("token_efficiency",)
