@@ -119,7 +119,7 @@ class PairwiseLogit:
     (question, plan) texts. ``l2``: the penalty, or the grid searched on the ``val`` split (by
     BT loss; the model is then refitted on ``train``)."""
 
-    def __init__(self, features: QuestionFeatures = QuestionFeatures(), *, l2: float | Sequence[float] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0),
+    def __init__(self, features: QuestionFeatures = QuestionFeatures(), *, l2: float | Sequence[float] = (1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0, 10.0),
                  max_iter: int = 500) -> None:
         self.features = features
         self.l2_grid = (l2,) if isinstance(l2, float | int) else tuple(l2)
