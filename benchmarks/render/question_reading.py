@@ -136,14 +136,20 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
             why = ("the baseline gains from the question but picks no better than the reward model: what it reads there "
                    "is worth less than the prior both learn")
         else:
-            why = ("a model built to read the question picks no better and gains nothing from it: these pairs do not "
-                   "teach which plan suits which question, so the information runs out in the pairs, not in the model")
+            why = ("a model built to read the question picks no better and gains nothing measurable from it (its swap "
+                   "cost's interval holds zero): these pairs do not teach which plan suits which question, so the "
+                   "information runs out in the pairs, not in the model")
         compared = {1: "picks better than the reward model", 0: "picks as well as the reward model, within the interval",
                     -1: "picks worse than the reward model"}[better]
         lines.append(f"- **{d}**: the baseline {compared} ({_pts(vs['own'])} pts); swap cost: reward model "
                      f"{_pts(rm['swap_cost'])}{' (above zero)' if rm_reads else ''}, baseline {_pts(bl['swap_cost'])}"
                      f"{' (above zero)' if reads else ''}; the question is worth {_pts(worth[d])} pts in the sandbox. "
                      f"{why[0].upper() + why[1:]}.")
+    prior = {r["domain"]: r for r in res.rows("baseline_minus_reward_model") if r["scorer"] == "logreg_domain"}
+    if prior:
+        lines.append(f"- **A plan prior per domain** ({_name('logreg_domain')}: it never reads the question) minus the reward "
+                     "model: " + "; ".join(f"{d} {_pts(prior[d]['own'])}" for d in [*_domains(res), "all"] if d in prior)
+                     + " pts: where it is above zero the reward model has not even learned the domain's plan prior.")
     means = _curve_means(res)
     parts = []
     for scorer in ("reward_model", baseline):
