@@ -34,6 +34,7 @@ from benchmarks.render import (
     cost_aware,
     ingest,
     llm_backend,
+    question_reading,
     serving,
     token_efficiency,
     training,
@@ -49,13 +50,14 @@ from benchmarks.render.records import (
     table,
 )
 
-_ALL = {"best_of_n": best_of_n.BENCHMARK, "token_efficiency": token_efficiency.BENCHMARK, "cost_aware": cost_aware.BENCHMARK,
+_ALL = {"best_of_n": best_of_n.BENCHMARK, "question_reading": question_reading.BENCHMARK,
+        "token_efficiency": token_efficiency.BENCHMARK, "cost_aware": cost_aware.BENCHMARK,
         **collection.BENCHMARKS, **ingest.BENCHMARKS, **training.BENCHMARKS, **serving.BENCHMARKS,
         **llm_backend.BENCHMARKS}
 #: every results file with a page, in the order of ``docs/results.md``
 BENCHMARKS: dict[str, Benchmark] = {stem: _ALL[stem] for stem in (
-    "best_of_n", "cost_aware", "token_efficiency", "plan_choice", "collect", "ingest", "pairs", "accuracy", "train", "latency",
-    "registry", "serving_load", "llm_backend", "sweep_defaults")}
+    "best_of_n", "question_reading", "cost_aware", "token_efficiency", "plan_choice", "collect", "ingest", "pairs", "accuracy",
+    "train", "latency", "registry", "serving_load", "llm_backend", "sweep_defaults")}
 #: shown in ``docs/results.md`` even before its file exists (it says so)
 ALWAYS_SHOWN = ("token_efficiency",)
 START, END = "<!-- results:headline:start -->", "<!-- results:headline:end -->"

@@ -1,0 +1,255 @@
+"""A non-neural reward model that can read the question: pairwise logistic regression on
+question features crossed with plan features (issue 24: what the text allows).
+
+The reward of a plan ``a`` for a question ``q`` is bilinear, ``r(q, a) = phi(a) . W psi(q)``:
+
+- ``psi(q)``: a constant 1, the task's domain (one-hot), the domain module's own
+  ``question_features`` (:func:`orchrm.execution.tasks.base.plan_heuristic`: what the specialized
+  sampler reads; z-scored) and hashed word uni- and bigrams of the question (unit norm);
+- ``phi(a)``: :func:`plan_features` of the plan text (z-scored).
+
+So ``W`` holds one weight per (question feature, plan feature): logistic regression on the crossed
+features ``psi(q) x phi(a)``. Its row for the constant 1 scores the plan alone, the domain rows a
+per-domain prior, the rest what the question itself says. The Bradley-Terry loss
+``-log sigmoid(r_chosen - r_rejected)`` is logistic regression on the crossed feature differences
+``psi(q) x (phi(chosen) - phi(rejected))`` (a pair shares its question), with an L2 penalty; ``W``
+is fitted in that factored form by L-BFGS, so the crossed matrix is never built.
+
+>>> model = PairwiseLogit(QuestionFeatures(question_features=False, bits=8))
+>>> pairs = pd.DataFrame({"prompt": ["use search"] * 4 + ["think hard"] * 4, "domain": "x", "split": "train",
+...     "chosen": [SEARCH, SEARCH, SEARCH, SEARCH, COT, COT, COT, COT],
+...     "rejected": [COT, COT, COT, COT, SEARCH, SEARCH, SEARCH, SEARCH]})
+>>> r = model.fit(pairs).score(["use search", "think hard"], [SEARCH, SEARCH], domains=["x", "x"])
+>>> bool(r[0] > r[1])
+True
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, sparse
+
+from orchrm.plans import AGENT_TYPES, Plan
+
+#: two small plans of the docstring's example
+SEARCH = '<agent id="a1" type="WebSearch" queries="1" top_k="3"/>\n<agent id="a2" type="CoT" model="small"/>\n<edge from="a1" to="a2"/>'
+COT = '<agent id="a1" type="CoT" model="large"/>'
+
+_AGENTS = tuple(AGENT_TYPES)
+#: the integer settings of the agent types (``SelfConsistency.k``, ``Debate.rounds``, ...)
+_SETTINGS = tuple(f"{t.name}.{p.name}" for t in AGENT_TYPES.values() for p in t.params)
+#: the names of :func:`plan_features`, in order
+PLAN_FEATURES: tuple[str, ...] = (
+    *(f"has.{a}" for a in _AGENTS), *(f"count.{a}" for a in _AGENTS), *(f"large.{a}" for a in _AGENTS),
+    *(f"sink.{a}" for a in _AGENTS), *(f"max.{s}" for s in _SETTINGS),
+    "nodes", "edges", "depth", "width", "large_nodes", "sink_large", "log_cost",
+)
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def plan_features(text: str) -> np.ndarray:
+    """The plan's structure as numbers (:data:`PLAN_FEATURES`): which agent types it calls, how
+    many of each and how many on the large tier, the sink's type, the largest setting of each
+    type (``k``, ``agents``, ``rounds``, ``iterations``, ``queries``, ``top_k``; 0 when absent),
+    node and edge counts, depth (longest path, in nodes), width (most nodes at one depth), large-tier
+    nodes, whether the sink runs on the large tier, and ``log1p`` of the rough cost
+    (:func:`orchrm.execution.tasks.base.plan_cost`). Of a node-level action (an agent line and its
+    output) only the plan lines are read."""
+    from orchrm.execution.tasks.base import plan_cost
+
+    plan = Plan.parse("\n".join(line for line in text.split("\n") if line.lstrip().startswith(("<agent ", "<edge "))))
+    f = dict.fromkeys(PLAN_FEATURES, 0.0)
+    for n in plan.nodes:
+        f[f"has.{n.agent}"] = 1.0
+        f[f"count.{n.agent}"] += 1.0
+        f[f"large.{n.agent}"] += float(n.model == "large")
+        for p in AGENT_TYPES[n.agent].params:
+            f[f"max.{n.agent}.{p.name}"] = max(f[f"max.{n.agent}.{p.name}"], float(n.int_param(p.name)))
+    sink = plan.node(plan.sink)
+    depths = plan.depths()
+    f[f"sink.{sink.agent}"] = 1.0
+    f |= {"nodes": float(len(plan.nodes)), "edges": float(len(plan.edges)), "depth": float(max(depths.values()) + 1),
+          "width": float(max(np.bincount(list(depths.values())))), "large_nodes": float(sum(n.model == "large" for n in plan.nodes)),
+          "sink_large": float(sink.model == "large"), "log_cost": math.log1p(plan_cost(plan))}
+    return np.array([f[k] for k in PLAN_FEATURES])
+
+
+def ngrams(question: str) -> list[str]:
+    """The lowercased word uni- and bigrams of ``question``."""
+    words = _WORD.findall(question.lower())
+    return [*words, *(f"{a} {b}" for a, b in zip(words, words[1:], strict=False))]
+
+
+@dataclass(frozen=True)
+class QuestionFeatures:
+    """Which parts of ``psi(q)`` the model reads besides the constant: the ``domain`` one-hot, the
+    domain's ``question_features``, and word uni/bigrams hashed into ``2**bits`` buckets."""
+
+    domain: bool = True
+    question_features: bool = True
+    ngrams: bool = True
+    bits: int = 10
+
+
+def _domain_features(domain: str | None, question: str) -> dict[str, float]:
+    """``domain``'s own question features of ``question`` (``{}`` for a domain without any)."""
+    from orchrm.execution.tasks.base import plan_heuristic
+
+    heuristic = plan_heuristic(domain) if domain else None
+    if heuristic is None:
+        return {}
+    return {f"{domain}:{k}": float(v) for k, v in heuristic.features(question).items()}
+
+
+def _signed_log(x: float) -> float:
+    return math.copysign(math.log1p(abs(x)), x)
+
+
+class PairwiseLogit:
+    """The bilinear pairwise logistic regression of the module docstring. ``fit`` a pair table
+    (columns ``prompt``, ``chosen``, ``rejected``, ``domain``, ``split``), then ``score`` any
+    (question, plan) texts. ``l2``: the penalty, or the grid searched on the ``val`` split (by
+    BT loss; the model is then refitted on ``train``)."""
+
+    def __init__(self, features: QuestionFeatures = QuestionFeatures(), *, l2: float | Sequence[float] = (1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0, 10.0),
+                 max_iter: int = 500) -> None:
+        self.features = features
+        self.l2_grid = (l2,) if isinstance(l2, float | int) else tuple(l2)
+        self.max_iter = max_iter
+        self.l2: float | None = None
+        self.val_loss: dict[float, float] = {}
+        self._plans: dict[str, np.ndarray] = {}
+
+    # -- features ---------------------------------------------------------------------------
+    def _plan(self, text: str) -> np.ndarray:
+        if text not in self._plans:
+            self._plans[text] = plan_features(text)
+        return self._plans[text]
+
+    def _plan_matrix(self, texts: Sequence[str]) -> np.ndarray:
+        return (np.stack([self._plan(t) for t in texts]) - self._plan_mean) / self._plan_std
+
+    def _raw_question(self, question: str, domain: str | None) -> dict[str, float]:
+        """``psi(q)`` before scaling, by feature name (n-grams as ``#<bucket>``)."""
+        out = {"1": 1.0}
+        if domain and self.features.domain:
+            out[f"domain={domain}"] = 1.0
+        if domain and self.features.question_features:
+            out |= {k: _signed_log(v) for k, v in _domain_features(domain, question).items()}
+        if self.features.ngrams:
+            grams = ngrams(question)
+            buckets = {f"#{zlib.crc32(g.encode()) % 2**self.features.bits}" for g in grams}
+            out |= dict.fromkeys(sorted(buckets), 1.0 / math.sqrt(len(buckets)) if buckets else 0.0)
+        return out
+
+    def _learn_question_space(self, questions: Sequence[tuple[str, str | None]]) -> None:
+        """The columns of ``psi``: every feature and n-gram bucket the training questions have (one
+        they never have would keep a zero weight anyway), and the z-scoring of the domain features."""
+        raw = [self._raw_question(q, d) for q, d in questions]
+        self._columns = {k: i for i, k in enumerate(sorted({k for r in raw for k in r}))}
+        self._q_mean, self._q_std = {}, {}
+        for k in self._columns:
+            if ":" in k:  # a domain's question feature: z-scored over the questions of that domain
+                values = np.array([r[k] for r in raw if k in r])
+                self._q_mean[k], self._q_std[k] = float(values.mean()), float(values.std()) or 1.0
+
+    def _question_matrix(self, questions: Sequence[tuple[str, str | None]]) -> sparse.csr_matrix:
+        cache: dict[tuple[str, str | None], dict[int, float]] = {}
+        rows, cols, vals = [], [], []
+        for i, key in enumerate(questions):
+            if key not in cache:
+                cache[key] = {self._columns[name]: (v - self._q_mean[name]) / self._q_std[name] if name in self._q_mean else v
+                              for name, v in self._raw_question(*key).items() if name in self._columns}
+            for j, v in cache[key].items():
+                rows.append(i)
+                cols.append(j)
+                vals.append(v)
+        return sparse.csr_matrix((vals, (rows, cols)), shape=(len(questions), len(self._columns)))
+
+    # -- fitting ----------------------------------------------------------------------------
+    def _design(self, pairs: pd.DataFrame) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray]:
+        """``(Q, index, D)``: ``psi(q)`` of each distinct (question, domain) of ``pairs`` (sparse,
+        questions x question features), each pair's row of ``Q`` and its ``phi(chosen) -
+        phi(rejected)`` (pairs x plan features). A task's pairs share one question, so ``Q`` has
+        a row per task, not per pair."""
+        from orchrm.model.texts import task_text
+
+        keys = pd.MultiIndex.from_arrays([[task_text(p) for p in pairs["prompt"]], pairs["domain"].astype(object)])
+        index, unique = pd.factorize(keys)
+        q = self._question_matrix([(question, None if pd.isna(domain) else domain) for question, domain in unique])
+        return q, index, self._plan_matrix(list(pairs["chosen"])) - self._plan_matrix(list(pairs["rejected"]))
+
+    @staticmethod
+    def _margins(W: np.ndarray, q: sparse.csr_matrix, index: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """``r_chosen - r_rejected`` of every pair."""
+        return np.einsum("ij,ij->i", np.asarray(q @ W.T)[index], d)
+
+    @classmethod
+    def _loss(cls, w: np.ndarray, q: sparse.csr_matrix, index: np.ndarray, d: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
+        """Mean BT loss of the pairs plus ``l2 / 2 * |W|^2``, and its gradient (``w``: W flattened,
+        plan features x question features). The gradient sums ``dloss/ds * D`` per question
+        first, then meets ``Q`` once per question."""
+        W = w.reshape(d.shape[1], q.shape[1])
+        s = cls._margins(W, q, index, d)
+        loss = float(np.logaddexp(0.0, -s).mean()) + 0.5 * l2 * float(w @ w)
+        g = -np.exp(-np.logaddexp(0.0, s)) / len(s)  # d loss / d s = -sigmoid(-s) / n
+        per_question = np.zeros((q.shape[0], d.shape[1]))
+        np.add.at(per_question, index, d * g[:, None])
+        grad = np.asarray(q.T @ per_question).T + l2 * W
+        return loss, grad.ravel()
+
+    def _solve(self, q: sparse.csr_matrix, index: np.ndarray, d: np.ndarray, l2: float) -> np.ndarray:
+        w0 = np.zeros(d.shape[1] * q.shape[1])
+        res = optimize.minimize(self._loss, w0, args=(q, index, d, l2), jac=True, method="L-BFGS-B",
+                                options={"maxiter": self.max_iter})
+        return res.x.reshape(d.shape[1], q.shape[1])
+
+    def fit(self, pairs: pd.DataFrame) -> PairwiseLogit:
+        """Fit on the ``train`` rows of ``pairs`` (all rows when it has no ``split``); with more
+        than one ``l2``, each is fitted and the one with the lowest BT loss on the ``val`` rows kept."""
+        split = pairs["split"] if "split" in pairs.columns else pd.Series("train", index=pairs.index)
+        train, val = pairs[split == "train"], pairs[split == "val"]
+        from orchrm.model.texts import task_text
+
+        texts = pd.unique(pd.concat([train["chosen"], train["rejected"]]))
+        plans = np.stack([self._plan(t) for t in texts])
+        self._plan_mean, self._plan_std = plans.mean(0), np.where(plans.std(0) > 0, plans.std(0), 1.0)
+        self._learn_question_space(list(dict.fromkeys((task_text(p), d) for p, d in zip(train["prompt"], train["domain"], strict=True))))
+        design = self._design(train)
+        if len(self.l2_grid) > 1 and len(val):
+            held = self._design(val)
+            for l2 in self.l2_grid:
+                W = self._solve(*design, l2)
+                self.val_loss[l2] = float(np.logaddexp(0.0, -self._margins(W, *held)).mean())
+                if self.l2 is None or self.val_loss[l2] < self.val_loss[self.l2]:
+                    self.l2, self.W = l2, W
+        else:
+            self.l2 = self.l2_grid[0]
+            self.W = self._solve(*design, self.l2)
+        return self
+
+    # -- scoring ----------------------------------------------------------------------------
+    def score(self, prompts: Sequence[str], actions: Sequence[str], *, domains: Sequence[str | None] | None = None) -> np.ndarray:
+        """Rewards of (question, plan) texts; ``domains``: each question's domain (None: not
+        known, as for an empty question; then only the constant and the n-grams are read)."""
+        from orchrm.model.texts import task_text
+
+        domains = [None] * len(prompts) if domains is None else list(domains)
+        q = self._question_matrix([(task_text(p), d) for p, d in zip(prompts, domains, strict=True)])
+        return np.einsum("ij,ij->i", np.asarray(q @ self.W.T), self._plan_matrix(list(actions)))
+
+    def describe(self) -> dict[str, Any]:
+        """What a results file records of the fit: the features read, the chosen ``l2`` and the
+        validation loss of each tried."""
+        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits")},
+                "plan_features": len(PLAN_FEATURES), "weights": int(self.W.size), "l2": self.l2,
+                "val_bt_loss": {f"{k:g}": round(v, 4) for k, v in self.val_loss.items()}}
+

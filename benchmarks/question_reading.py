@@ -1,0 +1,476 @@
+"""Does the reward model read the question? Best-of-N with the task's own question, another
+task's, and none (issue 24).
+
+The default model (``configs/default.yaml``: its collection, pairs, model and training settings,
+as :mod:`benchmarks.best_of_n` builds it) picks among ``--candidates`` base-sampler plans of
+fresh held-out tasks (``--seed`` 7331: never collected, never tuned on), each plan's expected
+quality from ``--repeats`` re-runs. The same candidates are scored three ways:
+
+- ``own``: with the task's own question (what serving does);
+- ``swapped``: with the question of another task of the same domain (a fixed seeded derangement
+  within each domain, :func:`derangement`): what is left when the model cannot read *this* question;
+- ``plan_only``: with an empty question: the plan alone.
+
+Per domain: the expected quality of each pick with a 95% bootstrap interval over tasks, the
+paired difference own - swapped (the swap cost: what reading the question buys), the share of
+tasks whose pick the swap changes, and the share of the random -> expected-oracle gap closed;
+beside them random, cost-only, length-only, the expected-quality oracle and "the plan best for
+another task": the expected-oracle plan of the swap partner, executed on this task ``--repeats``
+times (how much the sandbox rewards reading the question: oracle minus it).
+
+Beside the reward model, pairwise logistic regressions on question features crossed with plan
+features (:mod:`benchmarks.common.feature_baseline`) are fitted on the same pair table and read
+the same pool the same three ways: an estimate of what the text allows. ``logreg`` reads the
+domain, its question features and word n-grams; ``logreg_ngrams`` the domain and n-grams;
+``logreg_domain`` the domain alone (a per-domain plan prior: what a model that ignores the question
+can reach). A learning curve repeats the reward model (``--model-seeds`` seeds, model and training
+seed together) and ``logreg`` over collections of ``--curve`` distinct tasks per domain.
+
+    nice -n 19 python -m benchmarks.question_reading            # writes results/question_reading.json
+    nice -n 19 python -m benchmarks.question_reading --tasks 4 --repeats 2 --curve 4 --model-seeds 0 --out /tmp/qr
+
+Collections, pairs, models and the pool are cached under ``.orchrm/bench``
+(:mod:`benchmarks.common.steps`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.common import steps
+from benchmarks.common.feature_baseline import PairwiseLogit, QuestionFeatures
+from benchmarks.common.results_io import (
+    RESULTS,
+    ROOT,
+    command_line,
+    provenance,
+    shown_path,
+    use_sibling_data,
+    write_json,
+)
+from orchrm.config import PipelineConfig
+
+#: the ways a candidate set is scored: the question the scorer is shown
+VARIANTS = ("own", "swapped", "plan_only")
+#: what the plan-only variant shows in place of the question
+NO_QUESTION = ""
+#: the reference selectors (as :func:`orchrm.evaluation.selectors.best_of_n_picks` names them)
+REFERENCES = ("random", "length_only", "cost_only", "expected_oracle")
+#: the non-neural baselines: name -> the question features each reads
+BASELINES: dict[str, QuestionFeatures] = {
+    "logreg": QuestionFeatures(),
+    "logreg_ngrams": QuestionFeatures(question_features=False),
+    "logreg_domain": QuestionFeatures(question_features=False, ngrams=False),
+}
+#: a scorer: rewards of (question, plan) rows, each row's domain given (None for no question)
+Scorer = Callable[[list[str], list[str], list[Any]], np.ndarray]
+
+
+def derangement(task_ids: Sequence[str], domains: Sequence[str], *, seed: int) -> dict[str, str]:
+    """A partner for every task: another task of the same domain, never itself, each task the
+    partner of exactly one (a permutation without fixed points within each domain). Within a
+    domain the tasks are put in a seeded random order and each is paired with the next, the
+    last with the first: a single cycle, so no task is its own partner.
+
+    >>> derangement(["a", "b", "c"], ["x", "x", "x"], seed=0) == {"a": "c", "c": "b", "b": "a"}
+    True
+    """
+    frame = pd.DataFrame({"task_id": list(task_ids), "domain": list(domains)}).drop_duplicates("task_id")
+    rng = np.random.default_rng(seed)
+    partner: dict[str, str] = {}
+    for domain, g in frame.groupby("domain", sort=True):
+        ids = sorted(g["task_id"])
+        if len(ids) < 2:
+            raise ValueError(f"domain {domain!r} has {len(ids)} task: a swapped question needs two tasks per domain; raise --tasks")
+        order = [ids[i] for i in rng.permutation(len(ids))]
+        partner |= {t: order[(i + 1) % len(order)] for i, t in enumerate(order)}
+    return partner
+
+
+def shown_questions(frame: pd.DataFrame, partner: dict[str, str], variant: str) -> tuple[list[str], list[Any]]:
+    """The question (and its domain) each pool row is scored with in ``variant``."""
+    if variant == "own":
+        return list(frame["question"]), list(frame["domain"])
+    if variant == "swapped":
+        question_of = frame.drop_duplicates("task_id").set_index("task_id")["question"]
+        return [question_of[partner[t]] for t in frame["task_id"]], list(frame["domain"])
+    if variant == "plan_only":
+        return [NO_QUESTION] * len(frame), [None] * len(frame)
+    raise ValueError(f"unknown variant {variant!r}; use one of {VARIANTS}")
+
+
+def _pick_ids(frame: pd.DataFrame, column: str) -> pd.Series:
+    """Per task, the plan_id of the row with the largest ``column`` (ties: the earliest candidate)."""
+    rows = frame.sort_values(["task_id", "candidate"], kind="stable")
+    return rows.loc[rows.groupby("task_id", sort=True)[column].idxmax()].set_index("task_id")["plan_id"]
+
+
+def pick_with_questions(scorer: Scorer, frame: pd.DataFrame, partner: dict[str, str]) -> pd.DataFrame:
+    """Per task of ``frame`` (one pool seed's rows): the expected quality of ``scorer``'s pick in
+    each variant (columns :data:`VARIANTS`), of each reference selector, and ``pick_changed``
+    (the swapped pick is another plan than the own one)."""
+    from orchrm.evaluation.selectors import best_of_n_picks
+
+    n = int(frame["candidate"].max()) + 1
+    out = None
+    picks = {}
+    for variant in VARIANTS:
+        questions, domains = shown_questions(frame, partner, variant)
+        scored = frame.assign(reward=scorer(questions, list(frame["plan_text"]), domains))
+        p = best_of_n_picks(scored, n).set_index(["task_id", "selector"])["expected"].unstack()
+        picks[variant] = _pick_ids(scored, "reward")
+        if out is None:
+            out = p[list(REFERENCES)].copy()
+            out.insert(0, "domain", frame.drop_duplicates("task_id").set_index("task_id")["domain"].reindex(out.index))
+        out[variant] = p["reward_model"]
+    out["pick_changed"] = (picks["own"] != picks["swapped"].reindex(picks["own"].index)).astype(float)
+    return out.reset_index()
+
+
+# ---------------------------------------------------------------------------------------------
+# summaries
+
+
+def _mean_ci(values: np.ndarray, tasks: np.ndarray, bootstrap: int, seed: int) -> dict[str, float]:
+    from orchrm.evaluation.metrics import bootstrap_ci
+
+    lo, hi = bootstrap_ci(values, tasks, n=bootstrap, seed=seed)
+    return {"mean": float(np.mean(values)), "ci_low": lo, "ci_high": hi}
+
+
+def _diff(a: np.ndarray, b: np.ndarray, tasks: np.ndarray, bootstrap: int, seed: int) -> dict[str, float]:
+    from orchrm.evaluation.metrics import paired_difference
+
+    d = paired_difference(a - b, tasks, bootstrap=bootstrap, seed=seed)
+    return {"mean": d.mean, "ci_low": d.ci_low, "ci_high": d.ci_high}
+
+
+def gap_closed(picked: np.ndarray, random: np.ndarray, oracle: np.ndarray, *, bootstrap: int, seed: int) -> dict[str, float]:
+    """``sum(picked - random) / sum(oracle - random)`` over tasks (the ratio of sums of
+    :func:`orchrm.evaluation.selectors.gap_closed_table`) with a 95% bootstrap interval over tasks;
+    NaN where no task has a gap."""
+    num, den = picked - random, oracle - random
+    if den.sum() <= 1e-12:
+        return {"mean": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+    draws = np.random.default_rng(seed).integers(0, len(num), size=(bootstrap, len(num)))
+    d = den[draws].sum(1)
+    ratios = np.where(d > 1e-12, num[draws].sum(1) / np.where(d > 1e-12, d, 1.0), np.nan)
+    lo, hi = np.nanquantile(ratios, [0.025, 0.975]) if bootstrap else (math.nan, math.nan)
+    return {"mean": float(num.sum() / den.sum()), "ci_low": float(lo), "ci_high": float(hi)}
+
+
+def _by_domain(per_task: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    return [(d, per_task[per_task["domain"] == d]) for d in sorted(per_task["domain"].unique())] + [("all", per_task)]
+
+
+def summarise(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict[str, Any]]:
+    """Per domain and ``all``: each variant's mean expected quality [95% interval], the swap cost
+    (own - swapped) and the plan-only cost (own - plan_only) as paired differences, the share of
+    picks the swap changes, the gap closed in each variant, and the own pick minus cost-only and
+    length-only (paired)."""
+    rows = []
+    for domain, t in _by_domain(per_task):
+        tasks = t["task_id"].to_numpy()
+        rand, oracle = t["random"].to_numpy(), t["expected_oracle"].to_numpy()
+        row: dict[str, Any] = {"domain": domain, "tasks": len(t)}
+        for v in VARIANTS:
+            row[v] = _mean_ci(t[v].to_numpy(), tasks, bootstrap, seed)
+            row[f"gap_closed_{v}"] = gap_closed(t[v].to_numpy(), rand, oracle, bootstrap=bootstrap, seed=seed)
+        own = t["own"].to_numpy()
+        row["swap_cost"] = _diff(own, t["swapped"].to_numpy(), tasks, bootstrap, seed)
+        row["plan_only_cost"] = _diff(own, t["plan_only"].to_numpy(), tasks, bootstrap, seed)
+        row["over_cost_only"] = _diff(own, t["cost_only"].to_numpy(), tasks, bootstrap, seed)
+        row["over_length_only"] = _diff(own, t["length_only"].to_numpy(), tasks, bootstrap, seed)
+        row["pick_changed"] = float(t["pick_changed"].mean())
+        rows.append(row)
+    return rows
+
+
+def versus(ours: pd.DataFrame, theirs: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict[str, Any]]:
+    """Per domain and ``all``, paired over the same tasks: ``own`` (our own-question pick minus
+    theirs) and ``swap_cost`` (our swap cost minus theirs)."""
+    both = ours.merge(theirs, on=["task_id", "domain"], suffixes=("", "_theirs"))
+    rows = []
+    for domain, t in _by_domain(both):
+        tasks = t["task_id"].to_numpy()
+        ours_cost, theirs_cost = (t["own"] - t["swapped"]).to_numpy(), (t["own_theirs"] - t["swapped_theirs"]).to_numpy()
+        rows.append({"domain": domain, "own": _diff(t["own"].to_numpy(), t["own_theirs"].to_numpy(), tasks, bootstrap, seed),
+                     "swap_cost": _diff(ours_cost, theirs_cost, tasks, bootstrap, seed)})
+    return rows
+
+
+def references(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict[str, Any]]:
+    """Per domain and ``all``: the reference selectors and ``other_task_best`` [95% interval], and
+    the question's worth, expected oracle - other_task_best (paired)."""
+    rows = []
+    for domain, t in _by_domain(per_task):
+        tasks = t["task_id"].to_numpy()
+        row: dict[str, Any] = {"domain": domain, "tasks": len(t)}
+        for name in (*REFERENCES, "other_task_best"):
+            row[name] = _mean_ci(t[name].to_numpy(), tasks, bootstrap, seed)
+        row["question_worth"] = _diff(t["expected_oracle"].to_numpy(), t["other_task_best"].to_numpy(), tasks, bootstrap, seed)
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# the pieces the run is made of
+
+
+def other_task_best(per_task: pd.DataFrame, frame: pd.DataFrame, partner: dict[str, str], config: PipelineConfig) -> pd.Series:
+    """Per task: the expected quality, on this task, of its partner's expected-oracle plan
+    (:func:`orchrm.evaluation.pool.expected_quality`, ``evaluate.repeats`` re-runs)."""
+    from orchrm.evaluation.pool import expected_quality, held_out_tasks
+    from orchrm.execution.executor import MultiAgentExecutor
+    from orchrm.plans import Plan
+    from orchrm.util.digests import stable_id
+
+    best = _pick_ids(frame, "expected_quality")
+    text_of = frame.drop_duplicates(["task_id", "plan_id"]).set_index(["task_id", "plan_id"])["plan_text"]
+    tasks = {t.task_id: t for t in held_out_tasks(config) if t.task_id in set(per_task["task_id"])}
+    ex = MultiAgentExecutor(noise=config.sandbox)
+    seed = int(stable_id("other-task-best", config.evaluate.seed, n=12), 16)
+    out = {}
+    for task_id in per_task["task_id"]:
+        other = partner[task_id]
+        plan = Plan.parse(text_of[(other, best[other])])
+        out[task_id] = expected_quality(ex, tasks[task_id], plan, repeats=max(1, config.evaluate.repeats), seed=seed)
+    return pd.Series(out)
+
+
+def rm_scorer(model: Any) -> Scorer:
+    from orchrm.evaluation.metrics import score_texts
+    from orchrm.model.texts import plan_prompt
+
+    return lambda questions, plans, domains: score_texts(model, [plan_prompt(q) for q in questions], plans)
+
+
+def baseline_scorer(model: PairwiseLogit) -> Scorer:
+    return lambda questions, plans, domains: model.score(questions, plans, domains=domains)
+
+
+def pairwise_accuracy(scorer: Scorer, pairs: pd.DataFrame) -> float:
+    """Share of the ``test`` pairs the scorer ranks right (a tie counts as wrong)."""
+    test = pairs[pairs["split"] == "test"]
+    n = len(test)
+    domains = list(test["domain"]) * 2
+    r = scorer([*test["prompt"], *test["prompt"]], [*test["chosen"], *test["rejected"]], domains)
+    return float((r[:n] > r[n:]).mean())
+
+
+def _one_blas_thread() -> Any:
+    """One BLAS thread for the small matrices of a baseline fit (threadpoolctl, where installed):
+    on a busy machine BLAS threads that wait on each other made a fit twenty times slower."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def fit_baselines(pairs: pd.DataFrame, names: Sequence[str]) -> dict[str, tuple[PairwiseLogit, float]]:
+    """Each baseline of ``names`` fitted on ``pairs`` (train split; l2 chosen on val), with its fit seconds."""
+    out = {}
+    for name in names:
+        t0 = time.perf_counter()
+        with _one_blas_thread():
+            model = PairwiseLogit(BASELINES[name]).fit(pairs)
+        out[name] = (model, time.perf_counter() - t0)
+        print(f"{name}: fitted in {out[name][1]:.1f} s, l2 {model.l2:g}", file=sys.stderr, flush=True)
+    return out
+
+
+def _per_task_records(t: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each task's row of :func:`pick_with_questions` (expected qualities to 4 decimals)."""
+    return [{k: (round(float(v), 4) if isinstance(v, float) else v) for k, v in row.items()}
+            for row in t.to_dict(orient="records")]
+
+
+def _tasks_with_pairs(pairs: pd.DataFrame) -> dict[str, int]:
+    """Distinct tasks with a pair, per domain and split (a finite data set may hold fewer than asked for)."""
+    counts = pairs.groupby(["domain", "split"])["task_id"].nunique()
+    return {f"{d}.{split}": int(n) for (d, split), n in counts.items()}
+
+
+def _records(rows: list[dict[str, Any]], **extra: Any) -> list[dict[str, Any]]:
+    return [{**extra, **r} for r in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(ROOT / "configs" / "default.yaml"))
+    ap.add_argument("--tasks", type=int, default=30, help="held-out tasks per domain (default 30)")
+    ap.add_argument("--candidates", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=10, help="re-runs per candidate for its expected quality")
+    ap.add_argument("--seed", type=int, default=7331, help="seed of the held-out tasks (default 7331)")
+    ap.add_argument("--swap-seed", type=int, default=0, help="seed of the derangement that pairs each task with another")
+    ap.add_argument("--curve", type=int, nargs="*", default=[50, 100, 200],
+                    help="distinct training tasks per domain of the learning curve's collections (none: no curve)")
+    ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1], help="model and training seeds per curve point")
+    ap.add_argument("--seeded-up-to", type=int, default=None,
+                    help="curve points with more tasks per domain train the first model seed only (a time budget)")
+    ap.add_argument("--model-up-to", type=int, default=None,
+                    help="curve points with more tasks per domain fit the baseline only, no reward model (a time budget)")
+    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES))
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    return ap
+
+
+def curve_seeds(tasks: int, args: argparse.Namespace) -> list[int]:
+    """The model seeds the reward model is trained with at a curve point of ``tasks`` per domain."""
+    if args.model_up_to is not None and tasks > args.model_up_to:
+        return []
+    if args.seeded_up_to is not None and tasks > args.seeded_up_to:
+        return list(args.model_seeds[:1])
+    return list(args.model_seeds)
+
+
+def benchmark_config(args: argparse.Namespace) -> PipelineConfig:
+    """The config of ``--config`` with its evaluation set to the benchmark's pool: one pool seed
+    (the picks at N = candidates and their expected quality do not depend on the candidates'
+    order), held out from the largest collection the run trains on."""
+    from orchrm.config import load_config, with_overrides
+
+    base = load_config(args.config)
+    evaluate_cfg = with_overrides(base.evaluate, {
+        "tasks_per_domain": args.tasks, "candidates": args.candidates, "best_of": (args.candidates,), "pool_seeds": (0,),
+        "repeats": args.repeats, "seed": args.seed, "bootstrap": args.bootstrap,
+        "gates": base.evaluate.gates.model_dump() | {"best_of": args.candidates},
+    })
+    return base.model_copy(update={"evaluate": evaluate_cfg})
+
+
+def with_tasks(config: PipelineConfig, tasks: int) -> PipelineConfig:
+    from orchrm.config import with_overrides
+
+    return config.model_copy(update={"collect": with_overrides(config.collect, {"tasks_per_domain": tasks})})
+
+
+def with_seed(config: PipelineConfig, seed: int) -> PipelineConfig:
+    from orchrm.config import with_overrides
+
+    return config.model_copy(update={"model": with_overrides(config.model, {"seed": seed}),
+                                     "train": with_overrides(config.train, {"seed": seed})})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    use_sibling_data()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    config = benchmark_config(args)
+    default_tasks = config.collect.tasks_per_domain
+    # the pool is held out from the largest collection, so from every one (generators draw by seed and index)
+    pool_config = with_tasks(config, max([default_tasks, *args.curve]))
+    pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
+    frame = pool.pool.frame
+    frame = frame[(frame["pool_seed"] == frame["pool_seed"].min()) & (frame["candidate"] < args.candidates)].reset_index(drop=True)
+    partner = derangement(frame["task_id"], frame["domain"], seed=args.swap_seed)
+    seconds: dict[str, float] = {"pool": round(pool.seconds, 1)}
+
+    train_seconds: dict[str, float] = {}  # by model cache key: a model trained earlier in this run is loaded later
+
+    def trained(cfg: PipelineConfig) -> tuple[steps.PairTable, steps.Fitted]:
+        pairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
+        seen = set(pairs.frame["task_id"]) & set(frame["task_id"])
+        if seen:
+            raise RuntimeError(f"{len(seen)} pool task(s) are in the collection of {cfg.collect.tasks_per_domain} tasks per domain "
+                               f"(e.g. {sorted(seen)[:3]}); choose another --seed")
+        fitted = steps.fit_cached(pairs, cfg.model, cfg.train)
+        if "train_seconds" in fitted.info:
+            train_seconds[fitted.info["cache_key"]] = fitted.info["train_seconds"]
+        return pairs, fitted
+
+    # the default model, and the baselines on its pairs
+    pairs, fitted = trained(config)
+    head = pick_with_questions(rm_scorer(fitted.model), frame, partner)
+    t0 = time.perf_counter()
+    others = other_task_best(head, frame, partner, pool_config)
+    head["other_task_best"] = head["task_id"].map(others)
+    seconds["other_task_best"] = round(time.perf_counter() - t0, 1)
+    per_task = {"reward_model": head}
+    accuracy = {"reward_model": pairwise_accuracy(rm_scorer(fitted.model), pairs.frame)}
+    fitted_baselines = fit_baselines(pairs.frame, args.baselines)
+    info = {"reward_model": fitted.info}
+    for name, (model, fit_s) in fitted_baselines.items():
+        per_task[name] = pick_with_questions(baseline_scorer(model), frame, partner)
+        accuracy[name] = pairwise_accuracy(baseline_scorer(model), pairs.frame)
+        info[name] = model.describe() | {"fit_seconds": round(fit_s, 1)}
+    rows = [r for name, t in per_task.items() for r in _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer=name)]
+    for name, t in per_task.items():
+        print(f"{name}: " + "; ".join(f"{r['domain']} own {r['own']['mean']:.3f} swap cost {100 * r['swap_cost']['mean']:+.1f}"
+                                       for r in summarise(t, bootstrap=0, seed=0)), file=sys.stderr, flush=True)
+
+    # the learning curve
+    curve = []
+    t0 = time.perf_counter()
+    for tasks in args.curve:
+        cfg = with_tasks(config, tasks)
+        for seed in curve_seeds(tasks, args):
+            print(f"== curve: {tasks} tasks per domain, seed {seed}", file=sys.stderr, flush=True)
+            cpairs, cfit = trained(with_seed(cfg, seed))
+            t = pick_with_questions(rm_scorer(cfit.model), frame, partner)
+            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="reward_model",
+                              tasks_per_domain=tasks, model_seed=seed, pairs=int(len(cpairs.frame)),
+                              tasks_with_pairs=_tasks_with_pairs(cpairs.frame),
+                              train_seconds=train_seconds.get(cfit.info["cache_key"]),
+                              pairwise_accuracy=pairwise_accuracy(rm_scorer(cfit.model), cpairs.frame))
+        if "logreg" in args.baselines:
+            cpairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
+            (model, fit_s), = fit_baselines(cpairs.frame, ["logreg"]).values()
+            t = pick_with_questions(baseline_scorer(model), frame, partner)
+            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="logreg",
+                              tasks_per_domain=tasks, model_seed=None, pairs=int(len(cpairs.frame)),
+                              tasks_with_pairs=_tasks_with_pairs(cpairs.frame), train_seconds=round(fit_s, 1),
+                              pairwise_accuracy=pairwise_accuracy(baseline_scorer(model), cpairs.frame))
+    seconds["curve"] = round(time.perf_counter() - t0, 1)
+    seconds["total"] = round(time.perf_counter() - t_start, 1)
+
+    result = {
+        "benchmark": "question reading: best-of-N with the task's own question, another task's, and none (issue 24)",
+        **provenance(command_line("benchmarks.question_reading", ap, args), torch=torch.__version__,
+                     torch_threads=torch.get_num_threads()),
+        "settings": {"tasks": args.tasks, "candidates": args.candidates, "repeats": args.repeats, "seed": args.seed,
+                     "swap_seed": args.swap_seed, "curve": list(args.curve), "model_seeds": list(args.model_seeds),
+                     "curve_model_seeds": {str(t): curve_seeds(t, args) for t in args.curve},
+                     "bootstrap": args.bootstrap, "config": shown_path(args.config),
+                     "collection_tasks_per_domain": default_tasks, "no_question": NO_QUESTION},
+        "pool": {"tasks": int(frame["task_id"].nunique()), "held_out_from_tasks_per_domain": pool_config.collect.tasks_per_domain},
+        "models": info,
+        "pairs": int(len(pairs.frame)),
+        "pairwise_accuracy": accuracy,
+        "seconds": seconds,
+        "rows": rows,
+        "references": references(head, bootstrap=args.bootstrap, seed=args.seed),
+        # each baseline against the reward model on the same tasks: > 0 where the baseline's pick is better
+        "baseline_minus_reward_model": [r for name in fitted_baselines for r in _records(
+            versus(per_task[name], head, bootstrap=args.bootstrap, seed=args.seed), scorer=name)],
+        "curve": curve,
+        "per_task": {name: _per_task_records(per_task[name]) for name in ("reward_model", "logreg") if name in per_task},
+    }
+    print(f"wrote {write_json(args.out / 'question_reading.json', result)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

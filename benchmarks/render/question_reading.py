@@ -1,0 +1,204 @@
+"""The question-reading page (``question_reading.json``, issue 24) and its section of
+``docs/results.md``: best-of-N with the task's own question, another task's and none, for the
+reward model and the feature baselines; the references; the learning curve; and where the
+information runs out, read off the paired differences the file holds."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.render.records import Benchmark, Record, ci, num, table
+
+#: what each scorer is, as the tables name it
+SCORERS = {
+    "reward_model": "reward model",
+    "logreg": "logreg (domain, question features, n-grams)",
+    "logreg_ngrams": "logreg (domain, n-grams)",
+    "logreg_domain": "logreg (domain only)",
+}
+
+
+def _q(x: Record) -> str:
+    return ci(x["mean"], x["ci_low"], x["ci_high"])
+
+
+def _gap(x: Record) -> str:
+    return ci(x["mean"], x["ci_low"], x["ci_high"], value_spec=".2f")
+
+
+def _pts(x: Record) -> str:
+    """A difference in points (x100) with its interval."""
+    if x["mean"] is None:
+        return "n/a"
+    return f"{100 * x['mean']:+.1f} [{num(100 * x['ci_low'], '+.1f')}, {num(100 * x['ci_high'], '+.1f')}]"
+
+
+def _sign(x: Record) -> int:
+    """+1 / -1 where the 95% interval lies above / below zero, 0 where it holds zero."""
+    return 1 if x["ci_low"] > 0 else (-1 if x["ci_high"] < 0 else 0)
+
+
+def _domains(res: Record) -> list[str]:
+    return [d for d in dict.fromkeys(r["domain"] for r in res.rows("references")) if d != "all"]
+
+
+def _name(scorer: str) -> str:
+    return SCORERS.get(scorer, scorer)
+
+
+def _intro(res: Record) -> list[str]:
+    s, pool = res["settings"], res["pool"]
+    return [f"The default model (`configs/{Path(s['config']).name}`: {s['collection_tasks_per_domain']} tasks per domain, "
+            f"{res['pairs']} pairs) picks among {s['candidates']} base-sampler candidates of {pool['tasks']} fresh tasks "
+            f"({s['tasks']} per domain from seed {s['seed']}, held out from every collection of the run), each candidate's "
+            f"expected quality from {s['repeats']} re-runs. The same candidates are scored with the task's **own** question, "
+            f"with the question of **another task of the same domain** (a seeded derangement, seed {s['swap_seed']}) and with "
+            "**no question** (the plan alone). Cells: mean expected quality of the pick [95% bootstrap interval over tasks]; "
+            "differences are paired over tasks, in points.", ""]
+
+
+def _main_table(res: Record, scorers: list[str] | None = None) -> list[str]:
+    rows = [r for r in res.rows("rows") if scorers is None or r["scorer"] in scorers]
+    return table(["scorer", "domain", "own question", "swapped question", "plan alone", "swap cost (own - swapped, pts)",
+                  "picks the swap changes", "gap closed (own)", "gap closed (swapped)", "own - cost-only (pts)"],
+                 [[_name(r["scorer"]), r["domain"], _q(r["own"]), _q(r["swapped"]), _q(r["plan_only"]), _pts(r["swap_cost"]),
+                   f"{r['pick_changed']:.0%}", _gap(r["gap_closed_own"]), _gap(r["gap_closed_swapped"]), _pts(r["over_cost_only"])]
+                  for r in rows], right=2)
+
+
+def _references(res: Record) -> list[str]:
+    return table(["domain", "random", "length-only", "cost-only", "expected oracle", "plan best for another task",
+                  "the question's worth (oracle - that, pts)"],
+                 [[r["domain"], _q(r["random"]), _q(r["length_only"]), _q(r["cost_only"]), _q(r["expected_oracle"]),
+                   _q(r["other_task_best"]), _pts(r["question_worth"])] for r in res.rows("references")])
+
+
+def _versus(res: Record) -> list[str]:
+    return table(["baseline", "domain", "own-question pick - the reward model's (pts)", "swap cost - the reward model's (pts)"],
+                 [[_name(r["scorer"]), r["domain"], _pts(r["own"]), _pts(r["swap_cost"])]
+                  for r in res.rows("baseline_minus_reward_model")], right=2)
+
+
+def _curve_means(res: Record) -> dict[tuple[int, str, str], dict[str, float]]:
+    """(tasks per domain, scorer, domain) -> the means over model seeds of own, swap cost and gap closed."""
+    acc: dict[tuple[int, str, str], list[Record]] = defaultdict(list)
+    for r in res.rows("curve"):
+        acc[(r["tasks_per_domain"], r["scorer"], r["domain"])].append(r)
+
+    def mean(rs: list[Record], key: str) -> float:
+        values = [r[key]["mean"] for r in rs if r[key]["mean"] is not None]
+        return sum(values) / len(values) if values else float("nan")
+
+    return {k: {"own": mean(rs, "own"), "swap": mean(rs, "swap_cost"), "gap": mean(rs, "gap_closed_own"), "seeds": len(rs),
+                "pairs": rs[0]["pairs"]} for k, rs in acc.items()}
+
+
+def _curve_table(res: Record) -> list[str]:
+    domains = [*_domains(res), "all"]
+    means = _curve_means(res)
+    keys = sorted({(t, s) for t, s, _ in means}, key=lambda k: (k[0], list(SCORERS).index(k[1]) if k[1] in SCORERS else 99))
+    body = [[str(t), _name(s), str(means[(t, s, "all")]["seeds"]), str(means[(t, s, "all")]["pairs"]),
+             *(f"{m['own']:.3f} / {100 * m['swap']:+.1f} / {m['gap']:.2f}" if (m := means.get((t, s, d))) else "n/a" for d in domains)]
+            for t, s in keys]
+    return table(["tasks per domain", "scorer", "seeds", "pairs", *domains], body, right=2)
+
+
+def _curve_seeds(res: Record) -> list[str]:
+    rows = [r for r in res.rows("curve") if r["domain"] == "all"]
+    return table(["tasks per domain", "scorer", "seed", "pairs", "train s", "test pairwise accuracy", "own question",
+                  "swap cost (pts)", "plan alone", "gap closed (own)"],
+                 [[str(r["tasks_per_domain"]), _name(r["scorer"]), "-" if r["model_seed"] is None else str(r["model_seed"]),
+                   str(r["pairs"]), num(r["train_seconds"], ".0f"), num(r["pairwise_accuracy"]), _q(r["own"]), _pts(r["swap_cost"]),
+                   _q(r["plan_only"]), _gap(r["gap_closed_own"])] for r in rows], right=3)
+
+
+def verdict(res: Record, baseline: str = "logreg") -> list[str]:
+    """Where the information runs out, per domain, from the paired differences: does the
+    baseline that can read the question pick better than the reward model, and does either one
+    lose anything when the question is swapped?"""
+    rows = {(r["scorer"], r["domain"]): r for r in res.rows("rows")}
+    versus = {r["domain"]: r for r in res.rows("baseline_minus_reward_model") if r["scorer"] == baseline}
+    worth = {r["domain"]: r["question_worth"] for r in res.rows("references")}
+    if (baseline, "all") not in rows:
+        return []
+    lines = []
+    for d in _domains(res):
+        rm, bl, vs = rows[("reward_model", d)], rows[(baseline, d)], versus[d]
+        better, reads, rm_reads = _sign(vs["own"]), _sign(bl["swap_cost"]) > 0, _sign(rm["swap_cost"]) > 0
+        if better > 0 and reads:
+            why = ("the baseline reads the question and picks better: the text carries what the reward model does not "
+                   "learn (it under-fits)")
+        elif better > 0:
+            why = ("the baseline picks better without gaining from the question: the reward model under-fits the plan "
+                   "prior itself")
+        elif reads:
+            why = ("the baseline gains from the question but picks no better than the reward model: what it reads there "
+                   "is worth less than the prior both learn")
+        else:
+            why = ("a model built to read the question picks no better and gains nothing measurable from it (its swap "
+                   "cost's interval holds zero): these pairs do not teach which plan suits which question, so the "
+                   "information runs out in the pairs, not in the model")
+        compared = {1: "picks better than the reward model", 0: "picks as well as the reward model, within the interval",
+                    -1: "picks worse than the reward model"}[better]
+        lines.append(f"- **{d}**: the baseline {compared} ({_pts(vs['own'])} pts); swap cost: reward model "
+                     f"{_pts(rm['swap_cost'])}{' (above zero)' if rm_reads else ''}, baseline {_pts(bl['swap_cost'])}"
+                     f"{' (above zero)' if reads else ''}; the question is worth {_pts(worth[d])} pts in the sandbox. "
+                     f"{why[0].upper() + why[1:]}.")
+    prior = {r["domain"]: r for r in res.rows("baseline_minus_reward_model") if r["scorer"] == "logreg_domain"}
+    if prior:
+        lines.append(f"- **A plan prior per domain** ({_name('logreg_domain')}: it never reads the question) minus the reward "
+                     "model: " + "; ".join(f"{d} {_pts(prior[d]['own'])}" for d in [*_domains(res), "all"] if d in prior)
+                     + " pts: where it is above zero the reward model has not even learned the domain's plan prior.")
+    means = _curve_means(res)
+    parts = []
+    for scorer in ("reward_model", baseline):
+        sizes = sorted({t for t, s, d in means if s == scorer and d == "all"})
+        if len(sizes) > 1:
+            lo, hi = means[(sizes[0], scorer, "all")], means[(sizes[-1], scorer, "all")]
+            parts.append(f"{_name(scorer)} {100 * lo['swap']:+.1f} pts at {sizes[0]} tasks per domain, "
+                         f"{100 * hi['swap']:+.1f} at {sizes[-1]} (gap closed {lo['gap']:.2f} -> {hi['gap']:.2f})")
+    if parts:
+        lines.append("- **More tasks**, swap cost over all domains: " + "; ".join(parts) + ".")
+    return lines
+
+
+def _seeds_line(res: Record) -> str:
+    seeds = res["settings"].get("curve_model_seeds")
+    if not seeds:
+        return ""
+    return (" Reward-model seeds per point (tasks per domain: seeds): " + ", ".join(f"{t}: {len(seeds[t])}" for t in seeds)
+            + "; fewer at the larger points keeps the run within its time budget (`--seeded-up-to`, `--model-up-to`).")
+
+
+def page(res: Record) -> list[str]:
+    acc = res["pairwise_accuracy"]
+    return ["# Does the reward model read the question? (issue 24)", "", *_intro(res),
+            "## Own question, swapped question, no question", "", *_main_table(res), "",
+            "Swap cost: the own-question pick minus the swapped-question pick; above zero when reading this task's question helps. "
+            "Gap closed: share of the random -> expected-oracle gap, as in the best-of-N page. The baselines are pairwise "
+            "logistic regressions on question features crossed with plan features (`benchmarks/common/feature_baseline.py`), "
+            "fitted on the same pair table (train split, L2 chosen on val).", "",
+            "Held-out pairwise accuracy (test split of the pairs): " + ", ".join(f"{_name(k)} {num(acc[k])}" for k in acc) + ".", "",
+            "## References", "", *_references(res), "",
+            "The plan best for another task: the swap partner's expected-oracle plan, executed on this task "
+            f"{res['settings']['repeats']} times; the oracle minus it is what reading the question is worth here.", "",
+            "## The baselines against the reward model (paired over tasks)", "", *_versus(res), "",
+            "## Where the information runs out", "", *verdict(res), "",
+            "## Learning curve over distinct training tasks", "",
+            "Each cell: own-question quality / swap cost (pts) / gap closed, the mean over the model seeds (model and "
+            "training seed together); the baseline is deterministic. The code domain's data set holds fewer tasks than the "
+            "largest collections ask for: they use all of them." + _seeds_line(res), "", *_curve_table(res), "",
+            "Every run, all domains:", "", *_curve_seeds(res)]
+
+
+def section(res: Record) -> list[str]:
+    return [*_intro(res), *_main_table(res, ["reward_model", "logreg"]), "", *_references(res), "",
+            "Where the information runs out:", "", *verdict(res), "",
+            "Learning curve (own-question quality / swap cost in points / gap closed; mean over model seeds):", "",
+            *_curve_table(res), ""]
+
+
+BENCHMARK = Benchmark("Does the reward model read the question?",
+                      "Best-of-8 with the task's own question, another task's and none; a baseline that can read "
+                      "questions; a learning curve over training tasks.", page, section)

@@ -1,0 +1,118 @@
+"""The pieces of the question-reading diagnostic (``benchmarks/question_reading.py``, issue 24) that
+carry logic: the swap partners, the variants' picks, and a baseline that must learn to read a
+question when a word of it decides the better plan."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.common.feature_baseline import (
+    PLAN_FEATURES,
+    PairwiseLogit,
+    QuestionFeatures,
+    plan_features,
+)
+from benchmarks.question_reading import derangement, pick_with_questions, summarise
+
+VOTE = '<agent id="a1" type="SelfConsistency" model="large" k="5"/>'
+SEARCH = '<agent id="a1" type="WebSearch" queries="2" top_k="5"/>\n<agent id="a2" type="CoT" model="small"/>\n<edge from="a1" to="a2"/>'
+REFLECT = '<agent id="a1" type="Reflexion" model="small" iterations="2"/>'
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_the_derangement_pairs_every_task_with_another_of_its_domain_once(seed):
+    ids = [f"{d}-{i}" for d in ("math", "code", "webqa") for i in range(2 + 3 * len(d) % 7)]
+    domains = [i.split("-")[0] for i in ids]
+    partner = derangement(ids, domains, seed=seed)
+    assert set(partner) == set(ids)
+    assert all(partner[t] != t for t in ids)
+    assert all(partner[t].split("-")[0] == t.split("-")[0] for t in ids)
+    assert sorted(partner.values()) == sorted(ids)  # a permutation: every task is some task's partner once
+    assert derangement(ids, domains, seed=seed) == partner
+
+
+def test_the_derangement_refuses_a_domain_with_one_task():
+    with pytest.raises(ValueError, match="domain 'code' has 1 task.*raise --tasks"):
+        derangement(["m1", "m2", "c1"], ["math", "math", "code"], seed=0)
+
+
+def test_plan_features_count_the_agents_their_settings_and_the_shape():
+    f = dict(zip(PLAN_FEATURES, plan_features(SEARCH), strict=True))
+    assert (f["has.WebSearch"], f["count.CoT"], f["sink.CoT"], f["max.WebSearch.top_k"]) == (1, 1, 1, 5)
+    assert (f["nodes"], f["edges"], f["depth"], f["width"], f["large_nodes"], f["has.Debate"]) == (2, 1, 2, 1, 0, 0)
+    g = dict(zip(PLAN_FEATURES, plan_features(VOTE), strict=True))
+    assert (g["large.SelfConsistency"], g["max.SelfConsistency.k"], g["sink_large"]) == (1, 5, 1)
+
+
+def _questions(word: str, n: int, rng: random.Random) -> list[str]:
+    filler = ["the", "a", "ticket", "customer", "order", "refund", "account", "shipping", "login", "invoice", "please", "help", "today"]
+    return [" ".join(rng.sample(filler, 6) + [word] + rng.sample(filler, 3)) for _ in range(n)]
+
+
+def _keyword_pairs(n: int, seed: int, split: str) -> pd.DataFrame:
+    """Questions that say ``urgent`` want the vote, ``lookup`` ones the search; a third plan
+    loses to both. The plans alone are even: only the word tells which wins."""
+    rng = random.Random(seed)
+    rows = []
+    for word, best, other in (("urgent", VOTE, SEARCH), ("lookup", SEARCH, VOTE)):
+        for q in _questions(word, n, rng):
+            rows += [{"prompt": q, "chosen": best, "rejected": other}, {"prompt": q, "chosen": best, "rejected": REFLECT},
+                     {"prompt": q, "chosen": other, "rejected": REFLECT}]
+    return pd.DataFrame(rows).assign(domain="support", split=split)
+
+
+def test_the_baseline_learns_the_word_that_decides_the_better_plan():
+    train = pd.concat([_keyword_pairs(20, 0, "train"), _keyword_pairs(5, 1, "val")], ignore_index=True)
+    model = PairwiseLogit(QuestionFeatures(bits=8)).fit(train)
+    test = _keyword_pairs(15, 2, "test")
+    r_c = model.score(list(test["prompt"]), list(test["chosen"]), domains=list(test["domain"]))
+    r_r = model.score(list(test["prompt"]), list(test["rejected"]), domains=list(test["domain"]))
+    assert (r_c > r_r).mean() == 1.0  # fresh questions, fresh filler: it reads the word
+    # the same plans under the other word swap places: the question, not the plan, decides
+    urgent = model.score(["please help urgent today"] * 2, [VOTE, SEARCH], domains=["support"] * 2)
+    lookup = model.score(["please help lookup today"] * 2, [VOTE, SEARCH], domains=["support"] * 2)
+    assert urgent[0] > urgent[1] and lookup[1] > lookup[0]
+
+
+def test_a_baseline_that_reads_only_the_domain_cannot_tell_the_questions_apart():
+    train = _keyword_pairs(20, 0, "train")
+    model = PairwiseLogit(QuestionFeatures(question_features=False, ngrams=False), l2=1e-2).fit(train)
+    urgent = model.score(["urgent"] * 2, [VOTE, SEARCH], domains=["support"] * 2)
+    lookup = model.score(["lookup"] * 2, [VOTE, SEARCH], domains=["support"] * 2)
+    assert np.allclose(urgent, lookup)
+
+
+def _pool(tasks: int) -> pd.DataFrame:
+    """Two domains of ``tasks`` tasks, three candidates each; on task ``i`` of a domain the plan
+    ``plan{i % 3}`` is the expected best (1.0, the others 0.2): a task's question names it."""
+    rows = []
+    for domain in ("math", "webqa"):
+        for i in range(tasks):
+            for c in range(3):
+                rows.append({"pool_seed": 0, "task_id": f"{domain}{i}", "domain": domain, "question": f"use plan{i % 3}",
+                             "candidate": c, "plan_id": f"p{c}", "plan_text": f"plan{c}", "plan_chars": 5, "answer": None,
+                             "answer_key": None, "quality": 0.0, "confidence": 0.0, "tokens": 10 + c, "cost": float(c),
+                             "expected_quality": 1.0 if c == i % 3 else 0.2, "expected_cost": float(c)})
+    return pd.DataFrame(rows)
+
+
+def test_a_scorer_that_reads_the_question_loses_its_pick_when_the_question_is_swapped():
+    frame = _pool(3)
+    partner = derangement(frame["task_id"], frame["domain"], seed=0)
+
+    def reads(questions, plans, domains):  # the plan the question names scores 1
+        return np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])
+
+    t = pick_with_questions(reads, frame, partner)
+    assert (t["own"] == 1.0).all() and (t["expected_oracle"] == 1.0).all()
+    assert (t["swapped"] == 0.2).all() and (t["pick_changed"] == 1.0).all()  # every partner names another plan
+    no_question = t["task_id"].map(lambda tid: 1.0 if int(tid[-1]) % 3 == 0 else 0.2)  # no question: the first candidate
+    assert (t["plan_only"] == no_question).all()
+    rows = {r["domain"]: r for r in summarise(t, bootstrap=50, seed=0)}
+    assert rows["all"]["swap_cost"]["mean"] == pytest.approx(0.8)
+    assert rows["all"]["gap_closed_own"]["mean"] == pytest.approx(1.0)
+    assert rows["all"]["gap_closed_swapped"]["mean"] == pytest.approx(-0.5)  # (0.2 - 0.4667) / (1 - 0.4667)
