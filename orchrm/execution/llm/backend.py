@@ -444,17 +444,7 @@ def backend_from_config(config, noise: NoiseConfig | None = None):
         from orchrm.execution.sandbox.engine import SandboxBackend
 
         return SandboxBackend(noise)
-    try:
-        from orchrm.execution.llm.factory import make_client
-    except ImportError:  # a build without the HTTP client: the local model needs only its own
-        if config.kind != "transformers":
-            from orchrm.errors import BackendError
-
-            raise BackendError(f"backend.kind {config.kind!r}: its client is not installed here; use kind: transformers") from None
-        from orchrm.execution.llm.transformers_client import TransformersClient
-
-        def make_client(c):
-            return TransformersClient(c.model, gguf_file=c.gguf_file, device=c.device)
+    from orchrm.execution.llm.factory import make_client
 
     return LLMBackend(make_client(config), max_tokens=config.max_tokens, temperature=config.temperature, noise=noise)
 
