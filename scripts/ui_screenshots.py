@@ -19,6 +19,7 @@ import itertools
 import json
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +68,22 @@ class Page:
         self.call("Page.navigate", url=url)
         time.sleep(settle_s)
 
+    def rendered(self, *, timeout_s: float, settle_s: float) -> bool:
+        """Wait until the page shows no loading skeleton and its text has stopped changing for
+        ``settle_s`` (a loaded machine renders slowly); False when ``timeout_s`` passes first."""
+        probe = ("[document.querySelectorAll('[class*=\"skeleton\" i], [class*=\"spinner\" i], [aria-busy=\"true\"]').length,"
+                 " document.body ? document.body.innerText.length : 0]")
+        deadline, last, steady_since = time.monotonic() + timeout_s, None, None
+        while time.monotonic() < deadline:
+            busy, length = self.js(probe) or [1, 0]
+            now = time.monotonic()
+            if busy or length != last:
+                last, steady_since = length, now
+            elif now - steady_since >= settle_s:
+                return True
+            time.sleep(0.5)
+        return False
+
     def screenshot(self, path: Path) -> None:
         path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
 
@@ -78,7 +95,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path, help="folder for the PNGs")
     parser.add_argument("--width", type=int, default=1600)
     parser.add_argument("--height", type=int, default=2000)
-    parser.add_argument("--settle", type=float, default=8.0, help="seconds a page gets to render (default 8)")
+    parser.add_argument("--settle", type=float, default=3.0,
+                        help="seconds a page's text must stay unchanged, no loading skeleton left, before the capture (default 3)")
+    parser.add_argument("--timeout", type=float, default=90.0, help="seconds a page may take to render at most (default 90)")
     args = parser.parse_args()
 
     pages = [line.split(maxsplit=1) for line in args.pages.read_text().splitlines() if line.strip()]
@@ -111,9 +130,11 @@ def main() -> None:
             page.open(pages[0][1].split("#")[0], settle_s=3)
             page.js(";".join(f"localStorage.setItem({json.dumps(k)}, {json.dumps(v)})" for k, v in MLFLOW_UI_STATE.items()))
             for name, url in pages:
-                page.open(url, settle_s=args.settle)
+                page.open(url, settle_s=1)
+                if not page.rendered(timeout_s=args.timeout, settle_s=args.settle):
+                    print(f"{name}: still loading after {args.timeout:g} s; captured as it is", file=sys.stderr)
                 page.js(f"document.querySelectorAll({json.dumps(CLICK)}).forEach(e => e.click())")
-                time.sleep(1)
+                page.rendered(timeout_s=args.timeout, settle_s=1)
                 page.screenshot(args.out / f"{name}.png")
                 print(f"{args.out / f'{name}.png'}: {url}")
         finally:

@@ -160,3 +160,21 @@ def test_best_of_n_executes_only_the_chosen_plan_on_the_model(client, gsm8k):
     # every token the model spent went into the chosen plan's artifacts: no other candidate ran
     assert backend.usage.prompt_tokens + backend.usage.completion_tokens == result.execution_tokens > 0
     assert result.quality == numeric_match(result.answer, gsm8k[0].reference.split("####")[-1])
+
+
+def test_the_step_by_step_orchestrator_builds_a_plan_on_the_model(client, gsm8k):
+    """RewardGuidedOrchestrator runs each candidate step's prefix on the model: every token the
+    model spent is counted in its execution tokens, and the plan it returns is complete."""
+    from orchrm import BradleyTerryModel, Trainer
+    from orchrm.ops.serving import RewardGuidedOrchestrator
+    from tests.fixtures.tables import make_pairs
+
+    model = BradleyTerryModel(hidden_dim=32, num_layers=2, num_heads=2, max_length=96, vocab_size=300, dropout=0.0)
+    Trainer(model=model, batch_size=16, lr=3e-3, progress=False).train(pairs=make_pairs(40, seed=0), epochs=2)
+    backend = LLMBackend(client, max_tokens=24)
+    orch = RewardGuidedOrchestrator(reward_model=model.eval(), num_candidates=2, executor=MultiAgentExecutor(backend=backend),
+                                    seed=0)
+    result = orch.execute(gsm8k[1])
+    assert orch.steps and orch.steps[0].depth == 0
+    assert result.run is not None and result.run.final is not None  # the chosen plan ran to its sink
+    assert backend.usage.prompt_tokens + backend.usage.completion_tokens == result.execution_tokens > 0
