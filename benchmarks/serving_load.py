@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -48,6 +47,7 @@ from benchmarks.registry import registry_with_champion
 from orchrm import BradleyTerryModel
 from orchrm.config import load_config
 from orchrm.model.texts import plan_prompt
+from orchrm.util.processes import stop_group
 
 CLIENTS = (1, 4, 16)
 CANDIDATES = 8
@@ -90,12 +90,7 @@ def served(tracking_uri: str, *, workers: int, threads: int, log_path: Path, wai
                 time.sleep(0.5)
             yield url
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
 
 
 def _ok(answer: httpx.Response) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+
+from orchrm.util.processes import stop_group
 
 
 def free_port() -> int:
@@ -50,12 +51,7 @@ def running_mlflow(args: list[str], log_path: Path, *, ready_path: str = "/healt
                 time.sleep(0.5)
             yield url
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
 
 
 def api(url: str, endpoint: str, /, **params) -> dict:

@@ -6,9 +6,7 @@ process on loopback."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ from orchrm.errors import BackendError
 from orchrm.execution.llm import make_client
 from orchrm.execution.llm.models import smollm2_gguf
 from orchrm.execution.llm.openai_client import OpenAIClient
+from orchrm.util.processes import stop_group
 from tests.integration.mlflow_server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # the server loads the GGUF (20 s or more)
@@ -51,12 +50,7 @@ def local_server(log_path: Path, wait_s: float = 600) -> Iterator[str]:
                 time.sleep(1)
             yield f"http://127.0.0.1:{port}/v1"
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
 
 
 @pytest.fixture(scope="module")
