@@ -150,14 +150,16 @@ def held_out_tasks(config: PipelineConfig) -> list[Any]:
     held-out share (:func:`orchrm.execution.tasks.base.is_held_out`), which collection never
     draws from, and a generator's from another seed, with any task the collection also draws left
     out. A domain whose data set runs out gives fewer tasks, with a warning."""
-    from orchrm.execution.tasks.base import load_tasks
+    from orchrm.execution.tasks.base import load_tasks, sources
 
     c, e = config.collect, config.evaluate
     tasks: list[Any] = []
     for domain in c.domains:
         source = c.source(domain)
         seen = {t.task_id for t in load_tasks(domain, c.tasks_per_domain, seed=c.seed, source=source, part="collect")}
-        drawn = load_tasks(domain, e.tasks_per_domain + len(seen), seed=e.seed, source=source, part="held_out")
+        # a finite source's held-out part holds no collected task; a generator's draw may repeat some
+        extra = 0 if sources()[(domain, source)].finite else len(seen)
+        drawn = load_tasks(domain, e.tasks_per_domain + extra, seed=e.seed, source=source, part="held_out")
         kept = [t for t in drawn if t.task_id not in seen][: e.tasks_per_domain]
         if len(kept) < e.tasks_per_domain:
             log.warning("%s: only %d held-out tasks that the collection does not use (asked for %d)", domain, len(kept), e.tasks_per_domain)
