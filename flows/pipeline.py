@@ -25,6 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import build_pairs, collect, evaluate, promote, train, validate
 from orchrm.config import PipelineConfig, config_from_dict, load_config
+from orchrm.errors import ConfigError
 from orchrm.ops import pipeline
 from orchrm.ops.stages import stop_training
 from orchrm.ops.tracking import end_runs_of_flow_run
@@ -39,10 +40,11 @@ OTHER_STAGES_S = 3 * 3600
 
 
 def stages(config: PipelineConfig) -> pipeline.Stages:
-    """The stage tasks, the cached ones persisting under the data dir. Only ``find-new-traces``
+    """The stage tasks, the cached ones persisting in ``pipeline.result_storage`` (a Prefect storage
+    block every worker reaches), else under the data dir. Only ``find-new-traces``
     retries (``pipeline.retries`` times, ``pipeline.retry_delay_s`` apart, when the traces folder
     cannot be read); every other stage's I/O retries itself, inside, once (see :mod:`flows`)."""
-    results = config.data_path("prefect-results").expanduser().resolve()
+    results = result_storage(config)
     folder_reads = {"retries": config.pipeline.retries, "retry_delay_seconds": config.pipeline.retry_delay_s}
     return pipeline.Stages(
         find_new_traces=collect.find_new_traces.with_options(**folder_reads),
@@ -59,6 +61,25 @@ def stages(config: PipelineConfig) -> pipeline.Stages:
         promote=promote.promote,
         record_ingested=collect.record_ingested,
     )
+
+
+def result_storage(config: PipelineConfig):
+    """``pipeline.result_storage``: the Prefect storage block of that slug (loaded now, so that a
+    missing one fails before any stage runs, with what to do), else the folder
+    ``<data_dir>/prefect-results`` of this machine."""
+    slug = config.pipeline.result_storage
+    if not slug:
+        return config.data_path("prefect-results").expanduser().resolve()
+    from prefect.blocks.core import Block
+
+    try:
+        return Block.load(slug)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(
+            f"pipeline.result_storage: there is no Prefect storage block {slug!r} on the Prefect API this flow talks to ({exc}). "
+            "Create it once, e.g. `RemoteFileSystem(basepath='s3://<bucket>/prefect-results', settings={...}).save('<name>')` "
+            "(README: For a team), or unset pipeline.result_storage to keep results in the data folder"
+        ) from None
 
 
 def stages_timeout(config: PipelineConfig) -> float:

@@ -332,6 +332,11 @@ class RunConfig(FrozenConfig):
     #: registry calls retry themselves, a bounded number of times, and no other stage is retried)
     retries: int = Field(2, ge=0)
     retry_delay_s: float = Field(10.0, ge=0)
+    #: where the flows persist the cached stages' results (JSON): the slug ``<block-type>/<name>`` of
+    #: a Prefect storage block on a store every worker reaches (``remote-file-system/orchrm-results``
+    #: with an ``s3://`` base path on S3 or MinIO); None = the folder ``<data_dir>/prefect-results``
+    #: of the machine a flow runs on
+    result_storage: str | None = Field(None, pattern=r"^[a-z0-9-]+/[A-Za-z0-9_.-]+$")
 
 
 class BackendConfig(FrozenConfig):

@@ -641,7 +641,7 @@ def reevaluate_champion(
     out = Path(run_dir).resolve() if run_dir is not None else new_run_dir(config, "reevaluate")
 
     def sandbox_inputs(parent: str) -> tuple[Pairs, Pool, str]:
-        pairs = champion_pairs(config, champion)
+        pairs = champion_pairs(config, champion, out_dir=out)
         pool = _call(stages.build_pool, fresh.evaluate, config.collect, config.sandbox, data_dir=config.data_dir, code_version=source_hash(),
                      progress=progress, **_backend(config))
         say(f"fresh held-out pool: {pool.tasks} tasks (seed {seed}); held-out pairs of the champion's run: {pairs.path}")
@@ -773,22 +773,30 @@ def newest_traces(config: PipelineConfig, folder: str | os.PathLike | None) -> t
     return files, ""
 
 
-def champion_pairs(config: PipelineConfig, version: int) -> Pairs:
+def champion_pairs(config: PipelineConfig, version: int, *, out_dir: Path) -> Pairs:
     """The pair table of the pipeline run that registered ``version`` (its held-out split is what
-    the pairwise figures are measured on); the run's folder is a tag of its MLflow parent run."""
+    the pairwise figures are measured on), downloaded into ``out_dir`` from the artifacts of that
+    run's ``build-pairs`` run (the parent's tag :data:`~orchrm.ops.tracking.PAIRS_RUN_TAG`): the
+    tracking server's store, so any machine can re-evaluate. A version registered before the pair
+    table was logged is read from its run's folder (the parent's ``orchrm.run_dir``) when that
+    folder is on this machine."""
     from orchrm.data.tables import pairs_digest, read_table
-    from orchrm.ops import registry
+    from orchrm.ops import registry, tracking
 
     client = _client(config)
     run_id = registry.version_info(version, config=config)["run_id"]
     parent = client.get_run(run_id).data.tags.get("mlflow.parentRunId")
-    run_dir = client.get_run(parent).data.tags.get("orchrm.run_dir") if parent else None
-    path = Path(run_dir) / "pairs.parquet" if run_dir else None
-    if path is None or not path.is_file():
-        raise RegistryError(
-            f"the pairs of version {version}'s pipeline run are not at {path}: re-evaluate on the machine that trained it, "
-            "or run the pipeline again to get a champion whose run folder is here"
-        )
+    tags = client.get_run(parent).data.tags if parent else {}
+    if tags.get(tracking.PAIRS_RUN_TAG):
+        path = tracking.download_run_artifact(config, tags[tracking.PAIRS_RUN_TAG], tracking.PAIRS_ARTIFACT, out_dir / "champion-pairs")
+    else:
+        path = Path(tags["orchrm.run_dir"]) / "pairs.parquet" if tags.get("orchrm.run_dir") else None
+        if path is None or not path.is_file():
+            raise RegistryError(
+                f"version {version}'s pipeline run logged no pair table ({tracking.PAIRS_ARTIFACT}) and its run folder "
+                f"is not here ({path}): re-evaluate on the machine that trained it, or run the pipeline again to get a "
+                "champion whose pairs are in the tracking store"
+            )
     df = read_table(path)
     splits = {str(k): int(v) for k, v in df.split.value_counts().sort_index().items()}
     return Pairs(path=path, rows=len(df), splits=splits, digest=pairs_digest(df), run_id=run_id)

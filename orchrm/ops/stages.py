@@ -449,8 +449,10 @@ def validate_artifacts_stage(artifacts: Artifacts, *, config: PipelineConfig, ou
 
 
 def pairs_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | os.PathLike, parent_run_id: str) -> Pairs:
-    """Build win/loss pairs (``config.pairs``), write ``out_dir/pairs.parquet`` and log it to
-    MLflow as the data set ``pairs`` (context ``training``) of this stage's run and of the parent
+    """Build win/loss pairs (``config.pairs``), write ``out_dir/pairs.parquet``, log the file as
+    this stage's artifact :data:`~orchrm.ops.tracking.PAIRS_ARTIFACT` (the parent run's tag
+    :data:`~orchrm.ops.tracking.PAIRS_RUN_TAG` names the stage's run) and the table as the data set
+    ``pairs`` (context ``training``) of this stage's run and of the parent
     run (its digest tags the registered model)."""
     from orchrm.data.pairs import build_pairs
     from orchrm.data.tables import read_table, write_table
@@ -459,6 +461,9 @@ def pairs_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | 
     with _stage_run(config, "build-pairs", parent_run_id) as run_id:
         pairs = build_pairs(read_table(artifacts.path), config.pairs)
         path = write_table(pairs, Path(out_dir) / "pairs.parquet")
+        tracking.log_table_artifact(path, run_id=run_id, artifact_path=tracking.PAIRS_ARTIFACT)
+        if parent_run_id:
+            tracking.set_tag(config, parent_run_id, tracking.PAIRS_RUN_TAG, run_id)
         digest = tracking.log_pairs_dataset(pairs, run_id=run_id, source=str(path), also=(parent_run_id,))
     splits = {str(k): int(v) for k, v in pairs.split.value_counts().sort_index().items()} if len(pairs) else {}
     return Pairs(path=path, rows=len(pairs), splits=splits, digest=digest, run_id=run_id)

@@ -488,6 +488,52 @@ def log_dataset(df: pd.DataFrame, *, run_ids: Sequence[str], name: str, digest: 
     return DatasetRef(name=name, digest=dataset.digest, context=context)
 
 
+#: where a ``build-pairs`` run keeps its pair table, so that a later run on another machine (the
+#: weekly re-evaluation) reads the held-out pairs from the tracking server, never from a local folder
+PAIRS_ARTIFACT = "pairs/pairs.parquet"
+#: tag of a pipeline's parent run: the id of its ``build-pairs`` run (whose artifact is :data:`PAIRS_ARTIFACT`)
+PAIRS_RUN_TAG = "orchrm.pairs_run_id"
+
+
+def set_tag(config: PipelineConfig, run_id: str, key: str, value: str) -> None:
+    """Tag ``run_id`` with ``key`` = ``value`` (retried against a server)."""
+    uri = tracking_uri(config)
+    c = client(uri)
+    with_server_retries(uri, lambda: c.set_tag(run_id, key, value), f"tagging run {run_id} with {key}")
+
+
+def log_table_artifact(path: Path, *, run_id: str, artifact_path: str) -> str:
+    """Log the file ``path`` to ``run_id`` as ``artifact_path`` (its folder part the artifact
+    directory, its file name kept) on the tracking server's artifact store; returns
+    ``runs:/<run_id>/<artifact_path>``."""
+    import mlflow
+
+    folder, _, name = artifact_path.rpartition("/")
+    if name != Path(path).name:
+        raise ValueError(f"the artifact {artifact_path!r} must keep the file's name {Path(path).name!r}")
+    uri = mlflow.get_tracking_uri()
+    c = client(uri)
+    with_server_retries(uri, lambda: c.log_artifact(run_id, str(path), folder or None), f"logging {artifact_path} to run {run_id}")
+    return f"runs:/{run_id}/{artifact_path}"
+
+
+def download_run_artifact(config: PipelineConfig, run_id: str, artifact_path: str, dst_dir: Path) -> Path:
+    """Download the artifact ``artifact_path`` of ``run_id`` into ``dst_dir`` (through the
+    tracking server's artifact proxy, or the store's folder); returns the local file.
+    :class:`RegistryError` when the run has no such artifact."""
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    uri = tracking_uri(config)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        local = with_server_retries(uri, lambda: mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=artifact_path, dst_path=str(dst_dir), tracking_uri=uri), f"downloading {artifact_path} of run {run_id}")
+    except (MlflowException, OSError) as exc:
+        raise RegistryError(f"run {run_id} has no artifact {artifact_path} in the tracking store at {uri} ({type(exc).__name__}: {exc})") from None
+    return Path(local)
+
+
 def log_pairs_dataset(pairs: pd.DataFrame, *, run_id: str, source: str, also: Sequence[str] = ()) -> str:
     """Log the pair table as the data set :data:`PAIRS_DATASET` (context ``training``) of
     ``run_id`` and of the runs ``also`` (:func:`log_dataset`), whose digest is
