@@ -11,6 +11,7 @@ One section per stage, nested in :class:`PipelineConfig`; unknown keys are rejec
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -301,6 +302,70 @@ class RegistryConfig(FrozenConfig):
     model_name: str = "orchrm-reward"
 
 
+_ENDPOINT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?):(?P<port>[0-9]{1,5})$")
+
+
+class TorchrunConfig(FrozenConfig):
+    """torchrun's launch settings (``pipeline.torchrun``), rendered into its command line by
+    :func:`orchrm.ops.stages.train_command`; read only with ``pipeline.launcher: torchrun``.
+
+    One node (``nnodes: 1``, the default) runs ``torchrun --standalone``: a rendezvous on a free
+    local port. Several nodes run the same command on every node, each with its own ``node_rank``,
+    and meet at ``rdzv_endpoint`` (``host:port`` of node 0, reachable from every node). Training
+    uses gloo on CPU, nccl on GPU (:mod:`orchrm.model.trainer`).
+
+    >>> TorchrunConfig(nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400").world_size()
+    2
+    """
+
+    #: nodes that train together
+    nnodes: int = Field(1, ge=1)
+    #: this node's rank, 0 .. nnodes - 1; node 0 hosts the rendezvous and runs global rank 0, the
+    #: process that logs to MLflow and writes the model (the pipeline runs there)
+    node_rank: int = Field(0, ge=0)
+    #: training processes per node (one per GPU; on CPU, a share of the cores each)
+    nproc_per_node: int = Field(1, ge=1)
+    #: ``static``: ranks follow ``node_rank`` (global rank = node_rank * nproc_per_node + local
+    #: rank), so rank 0 runs on node 0, where the pipeline reads the model. ``c10d``: torch's
+    #: elastic rendezvous, which ignores ``node_rank`` and gives ranks in its own order, so rank 0
+    #: (and the model it writes) may be on any node: for ``orchrm train`` with ``--out`` on a
+    #: filesystem every node shares
+    rdzv_backend: Literal["static", "c10d"] = "static"
+    #: ``host:port`` of the rendezvous on node 0 (``static``: its MASTER_ADDR:MASTER_PORT), e.g.
+    #: ``10.0.0.1:29400`` or ``[fd00::1]:29400``; needed with more than one node
+    rdzv_endpoint: str | None = None
+    #: the job's rendezvous id: the same on every node of one training run
+    rdzv_id: str = Field("orchrm-train", pattern=r"^[A-Za-z0-9._-]+$")
+
+    @field_validator("rdzv_endpoint")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        match = _ENDPOINT.match(value)
+        if match is None or not 1 <= int(match["port"]) <= 65535:
+            raise ValueError(
+                f"{value!r} is not host:port (a host name or address, a colon, a port 1-65535), e.g. 10.0.0.1:29400 "
+                "or [fd00::1]:29400"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _nodes_fit(self) -> TorchrunConfig:
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"node_rank {self.node_rank} must be below nnodes ({self.nnodes}): nodes are numbered 0 .. nnodes - 1")
+        if self.nnodes > 1 and self.rdzv_endpoint is None:
+            raise ValueError(
+                f"nnodes {self.nnodes} needs rdzv_endpoint: the host:port of node 0 that every node can reach, "
+                "e.g. 10.0.0.1:29400"
+            )
+        return self
+
+    def world_size(self) -> int:
+        """Training processes in all (``WORLD_SIZE``)."""
+        return self.nnodes * self.nproc_per_node
+
+
 class RunConfig(FrozenConfig):
     """How :func:`orchrm.ops.pipeline.run_pipeline` runs its stages: where new traces arrive, how
     training is launched, and the Prefect task runner of the flows in ``flows/``."""
@@ -318,9 +383,10 @@ class RunConfig(FrozenConfig):
     #: only when a file inside the window is new (not trained on before)
     max_files: int | None = Field(None, ge=1)
     #: ``process``: ``orchrm train`` in a subprocess; ``torchrun``: ``torchrun -m orchrm.cli train``
+    #: with the settings of ``torchrun`` (one node or several)
     launcher: Literal["process", "torchrun"] = "process"
-    #: processes per node under torchrun
-    nproc_per_node: int = Field(1, ge=1)
+    #: how torchrun starts training: processes per node, and the nodes and their rendezvous
+    torchrun: TorchrunConfig = Field(default_factory=TorchrunConfig)
     #: training is stopped (and nothing registered) after this many seconds
     train_timeout_s: float = Field(3600.0, gt=0)
     #: Prefect task runner of the flows: ``threads`` (ThreadPoolTaskRunner) or ``dask``
@@ -337,6 +403,35 @@ class RunConfig(FrozenConfig):
     #: with an ``s3://`` base path on S3 or MinIO); None = the folder ``<data_dir>/prefect-results``
     #: of the machine a flow runs on
     result_storage: str | None = Field(None, pattern=r"^[a-z0-9-]+/[A-Za-z0-9_.-]+$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nproc_per_node_moved(cls, data: Any) -> Any:
+        """``pipeline.nproc_per_node`` (before ``pipeline.torchrun`` existed) still reads as
+        ``pipeline.torchrun.nproc_per_node``."""
+        if not isinstance(data, Mapping) or "nproc_per_node" not in data:
+            return data
+        data = dict(data)
+        nproc = data.pop("nproc_per_node")
+        section = data.get("torchrun") or {}
+        section = dict(section.model_dump() if isinstance(section, BaseModel) else section)
+        if section.setdefault("nproc_per_node", nproc) != nproc:
+            raise ValueError(
+                f"nproc_per_node ({nproc}) and torchrun.nproc_per_node ({section['nproc_per_node']}) disagree; "
+                "keep only torchrun.nproc_per_node"
+            )
+        data["torchrun"] = section
+        return data
+
+    @model_validator(mode="after")
+    def _torchrun_needs_its_launcher(self) -> RunConfig:
+        if self.launcher != "torchrun" and self.torchrun.world_size() > 1:
+            raise ValueError(
+                f"torchrun asks for {self.torchrun.world_size()} training processes "
+                f"(nnodes {self.torchrun.nnodes} x nproc_per_node {self.torchrun.nproc_per_node}) but launcher is "
+                f"{self.launcher!r}, which starts one: set launcher: torchrun"
+            )
+        return self
 
 
 class BackendConfig(FrozenConfig):

@@ -113,6 +113,8 @@ class TrainResult:
     reward_mean: float
     reward_std: float
     data_hash: str
+    #: processes that trained together (``WORLD_SIZE`` under torchrun, else 1)
+    world_size: int = 1
     checkpoint_dir: str | None = None
     model_path: str | None = None
     model: BradleyTerryModel | None = field(default=None, repr=False, compare=False)
@@ -142,7 +144,8 @@ class TrainResult:
         fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
         lines = [
             f"trained on {self.train_pairs} pairs (validated on {self.val_pairs}) in {self.steps} steps, "
-            f"{self.train_seconds:.1f} s, {self.pairs_per_second:.1f} pairs/s",
+            f"{self.train_seconds:.1f} s, {self.pairs_per_second:.1f} pairs/s"
+            + ("" if self.world_size == 1 else f", {self.world_size} processes"),
             "epoch  train_loss  train_acc  val_loss  val_acc        lr",
         ]
         for r in self.history:
@@ -483,6 +486,7 @@ class Trainer:
             reward_mean=model.reward_mean,
             reward_std=model.reward_std,
             data_hash=run.fingerprint,
+            world_size=run.dist.world,
             checkpoint_dir=None if self.checkpoint_dir is None else str(self.checkpoint_dir),
             model=model,
         )
@@ -604,6 +608,8 @@ class Trainer:
             "train_pairs": len(run.train.index),
             "val_pairs": 0 if run.val is None else len(run.val.index),
             "train_candidates": run.train.index.num_candidates,
+            # batch_size is per process: the optimiser step sees world_size times as many pairs
+            "world_size": run.dist.world,
         }
 
     def _manifest(self, result: TrainResult, run: _Run) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -43,6 +44,7 @@ from orchrm.config import (
     NoiseConfig,
     PairsConfig,
     PipelineConfig,
+    TorchrunConfig,
 )
 from orchrm.errors import (
     ConfigError,
@@ -487,13 +489,55 @@ def validate_pairs_stage(pairs: Pairs, artifacts: Artifacts, *, config: Pipeline
 
 def train_command(config: PipelineConfig, *, pairs_path: Path, model_dir: Path, config_path: Path, run_id: str | None) -> list[str]:
     """The command line that trains: ``python -m orchrm.cli train ...`` or, with
-    ``pipeline.launcher: torchrun``, ``torchrun --nproc-per-node N -m orchrm.cli train ...``."""
-    run = config.pipeline
-    head = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={run.nproc_per_node}", "-m"] if run.launcher == "torchrun" else [sys.executable, "-m"]
+    ``pipeline.launcher: torchrun``, ``torchrun <pipeline.torchrun> -m orchrm.cli train ...``
+    (:func:`torchrun_arguments`). On several nodes every node runs this command, each with its
+    own ``pipeline.torchrun.node_rank``."""
+    head = [sys.executable, "-m"]
+    if config.pipeline.launcher == "torchrun":
+        head = [sys.executable, "-m", "torch.distributed.run", *torchrun_arguments(config.pipeline.torchrun), "-m"]
     args = ["orchrm.cli", "train", "--pairs", str(pairs_path), "--out", str(model_dir), "--config", str(config_path), "--overwrite"]
     if run_id:
         args += ["--mlflow-run-id", run_id]
     return head + args
+
+
+def torchrun_arguments(torchrun: TorchrunConfig) -> list[str]:
+    """torchrun's own arguments for ``pipeline.torchrun``: ``--standalone`` on one node without a
+    rendezvous endpoint (a free local port, so two trainings on one machine never meet), else the
+    nodes and their rendezvous (``--node-rank`` only for ``static``: ``c10d`` ignores it).
+
+    >>> torchrun_arguments(TorchrunConfig(nproc_per_node=2))
+    ['--nproc-per-node=2', '--standalone']
+    >>> torchrun_arguments(TorchrunConfig(nnodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400"))  # doctest: +NORMALIZE_WHITESPACE
+    ['--nproc-per-node=1', '--nnodes=2', '--node-rank=1', '--rdzv-backend=static', '--rdzv-endpoint=10.0.0.1:29400',
+     '--rdzv-id=orchrm-train']
+    """
+    args = [f"--nproc-per-node={torchrun.nproc_per_node}"]
+    if torchrun.nnodes == 1 and torchrun.rdzv_endpoint is None:
+        return [*args, "--standalone"]
+    args.append(f"--nnodes={torchrun.nnodes}")
+    if torchrun.rdzv_backend == "static":
+        args.append(f"--node-rank={torchrun.node_rank}")
+    return [*args, f"--rdzv-backend={torchrun.rdzv_backend}", f"--rdzv-endpoint={torchrun.rdzv_endpoint}", f"--rdzv-id={torchrun.rdzv_id}"]
+
+
+def other_nodes_note(config: PipelineConfig, *, pairs_path: Path, model_dir: Path, config_path: Path) -> str:
+    """What every other node runs to join this node's training, as lines for the top of
+    ``train.log`` ("" on one node): :func:`train_command` with that node's ``node_rank``, started
+    as ``torchrun``. The paths are this node's: the other nodes need the same pairs and config at
+    them (a shared filesystem) or at their own copies."""
+    torchrun = config.pipeline.torchrun
+    if config.pipeline.launcher != "torchrun" or torchrun.nnodes == 1:
+        return ""
+    lines = [f"# training on {torchrun.nnodes} nodes: this is node {torchrun.node_rank}; it waits at "
+             f"{torchrun.rdzv_endpoint} until every other node runs its command:"]
+    for rank in range(torchrun.nnodes):
+        if rank != torchrun.node_rank:
+            node = config.model_copy(update={"pipeline": config.pipeline.model_copy(update={
+                "torchrun": torchrun.model_copy(update={"node_rank": rank})})})
+            cmd = train_command(node, pairs_path=pairs_path, model_dir=model_dir, config_path=config_path, run_id=None)
+            lines.append(f"#   node {rank}: {shlex.join(['torchrun', *cmd[3:]])}")
+    return "\n".join(lines) + "\n"
 
 
 def write_config(config: PipelineConfig, path: Path) -> Path:
@@ -515,6 +559,10 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
     parameters (the trainer's, as the child logged them) as the LoggedModel's, and the pairs are
     the run's data set (context ``training``).
 
+    On several nodes (``pipeline.torchrun.nnodes`` > 1) this is node ``node_rank``'s share:
+    ``train.log`` begins with the command every other node runs to join
+    (:func:`other_nodes_note`), and the model is read here, where global rank 0 wrote it.
+
     A crash, a non-zero exit or the timeout raise :class:`TrainingError` (its message ends with
     the last lines the trainer printed, the whole log stays in ``model/train.log``); nothing is
     registered, and the next run trains in a fresh folder.
@@ -532,6 +580,8 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
         env = {**os.environ, "MLFLOW_TRACKING_URI": tracking.tracking_uri(config), "PYTHONUNBUFFERED": "1"}
         log_path = model_dir / "train.log"
         with log_path.open("wb") as out_log:
+            out_log.write(other_nodes_note(config, pairs_path=pairs.path, model_dir=model_dir, config_path=config_path).encode())
+            out_log.flush()
             # a session of its own, so a timeout stops torchrun's workers too; recorded while it runs, so
             # that stop_training() stops it when the run is cancelled or crashes while this thread waits
             proc = subprocess.Popen(cmd, stdout=out_log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -555,7 +605,14 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
             raise TrainingError(
                 f"training {how}; nothing was registered and the next run starts afresh. The log ({log_path}) ends:\n{tail}"
             )
-        result = json.loads((model_dir / "train_result.json").read_text(encoding="utf-8"))
+        result_path = model_dir / "train_result.json"
+        if not result_path.is_file() and config.pipeline.launcher == "torchrun" and config.pipeline.torchrun.nnodes > 1:
+            # only global rank 0 writes: under c10d, or on a node_rank other than 0, it ran elsewhere
+            raise TrainingError(
+                f"training finished but wrote no {result_path}: global rank 0, which writes the model, ran on another "
+                "node. Run the pipeline on node_rank 0 with pipeline.torchrun.rdzv_backend: static, which puts rank 0 there"
+            )
+        result = json.loads(result_path.read_text(encoding="utf-8"))
         tracking.log_pairs_dataset(read_table(pairs.path), run_id=run_id, source=str(pairs.path))
         params = tracking.run_params(tracking.tracking_uri(config), run_id)
         model_uri = registry.log_model(model_dir, run_id=run_id, config=config, params=params,

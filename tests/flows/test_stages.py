@@ -43,8 +43,22 @@ def test_training_runs_orchrm_train_or_torchrun_in_a_subprocess(tmp_path):
     assert plain[-2:] == ["--mlflow-run-id", "abc"] and "--overwrite" in plain
     ddp = config_from_dict({"pipeline": {"launcher": "torchrun", "nproc_per_node": 2}})
     cmd = stages.train_command(ddp, run_id=None, **paths)
-    assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
-    assert "--mlflow-run-id" not in cmd
+    assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone"]
+    assert cmd[5:8] == ["-m", "orchrm.cli", "train"] and "--mlflow-run-id" not in cmd
+    nodes = {"launcher": "torchrun", "torchrun": {"nnodes": 2, "node_rank": 1, "nproc_per_node": 4,
+                                                  "rdzv_endpoint": "node0.cluster:29400", "rdzv_id": "nightly"}}
+    cmd = stages.train_command(config_from_dict({"pipeline": nodes}), run_id=None, **paths)
+    assert cmd[3:10] == ["--nproc-per-node=4", "--nnodes=2", "--node-rank=1", "--rdzv-backend=static",
+                         "--rdzv-endpoint=node0.cluster:29400", "--rdzv-id=nightly", "-m"]
+    # train.log starts with what every other node runs to join
+    note = stages.other_nodes_note(config_from_dict({"pipeline": {**nodes, "torchrun": {**nodes["torchrun"], "node_rank": 0}}}),
+                                   **paths).splitlines()
+    assert len(note) == 2 and note[1].startswith("#   node 1: torchrun --nproc-per-node=4 --nnodes=2 --node-rank=1 ")
+    assert stages.other_nodes_note(ddp, **paths) == ""
+    # c10d gives ranks itself and ignores a node rank
+    elastic = config_from_dict({"pipeline": {**nodes, "torchrun": {**nodes["torchrun"], "rdzv_backend": "c10d"}}})
+    assert "--rdzv-backend=c10d" in (cmd := stages.train_command(elastic, run_id=None, **paths))
+    assert not any(arg.startswith("--node-rank") for arg in cmd)
 
 
 def test_the_weekly_seed_changes_every_week_and_is_never_the_collection_seed():

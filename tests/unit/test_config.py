@@ -3,7 +3,14 @@ from pathlib import Path
 
 import pytest
 
-from orchrm.config import PipelineConfig, TrainConfig, load_config, settings_error, with_overrides
+from orchrm.config import (
+    PipelineConfig,
+    TrainConfig,
+    config_from_dict,
+    load_config,
+    settings_error,
+    with_overrides,
+)
 from orchrm.errors import ConfigError
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
@@ -105,3 +112,36 @@ def test_settings_beside_a_config_are_refused_in_one_wording(make, origin, probl
 def test_settings_error_words_hand_made_problems_like_validation_errors():
     error = settings_error("Trainer(...)", [("lr", "give a positive number"), ("epochs", "too many")])
     assert str(error) == "invalid configuration in Trainer(...):\n  lr: give a positive number\n  epochs: too many"
+
+
+MULTI_NODE = {"launcher": "torchrun", "torchrun": {"nnodes": 2, "rdzv_endpoint": "10.0.0.1:29400"}}
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "problem"),
+    [
+        ({"launcher": "torchrun", "torchrun": {"nnodes": 2}}, r"pipeline\.torchrun: .*nnodes 2 needs rdzv_endpoint"),
+        ({"launcher": "torchrun", "torchrun": {**MULTI_NODE["torchrun"], "node_rank": 2}},
+         r"pipeline\.torchrun: .*node_rank 2 must be below nnodes \(2\)"),
+        ({"launcher": "torchrun", "torchrun": {"rdzv_endpoint": "10.0.0.1"}}, r"pipeline\.torchrun\.rdzv_endpoint: .*is not host:port"),
+        ({"launcher": "torchrun", "torchrun": {"rdzv_endpoint": "node0:99999"}}, r"pipeline\.torchrun\.rdzv_endpoint: .*port 1-65535"),
+        ({"launcher": "torchrun", "torchrun": {"rdzv_endpoint": "http://node0:29400"}}, r"rdzv_endpoint: .*is not host:port"),
+        ({"launcher": "torchrun", "torchrun": {"rdzv_backend": "etcd"}}, r"pipeline\.torchrun\.rdzv_backend"),
+        ({"launcher": "torchrun", "torchrun": {"nnode": 2}}, r"pipeline\.torchrun\.nnode: unknown field"),
+        ({"torchrun": MULTI_NODE["torchrun"]}, r"pipeline: .*2 training processes .* set launcher: torchrun"),
+        ({"launcher": "torchrun", "nproc_per_node": 2, "torchrun": {"nproc_per_node": 4}}, r"pipeline: .*disagree"),
+    ],
+)
+def test_torchrun_settings_are_checked_on_load(pipeline, problem):
+    with pytest.raises(ConfigError, match=problem):
+        config_from_dict({"pipeline": pipeline})
+
+
+def test_torchrun_settings_of_a_node():
+    node = config_from_dict({"pipeline": {**MULTI_NODE, "torchrun": {**MULTI_NODE["torchrun"], "node_rank": 1,
+                                                                     "nproc_per_node": 4}}}).pipeline.torchrun
+    assert (node.world_size(), node.rdzv_backend, node.rdzv_id) == (8, "static", "orchrm-train")
+    ipv6 = config_from_dict({"pipeline": {"launcher": "torchrun", "torchrun": {"rdzv_endpoint": "[fd00::1]:29400"}}})
+    assert ipv6.pipeline.torchrun.rdzv_endpoint == "[fd00::1]:29400"
+    # the setting's earlier place still reads
+    assert config_from_dict({"pipeline": {"launcher": "torchrun", "nproc_per_node": 2}}).pipeline.torchrun.nproc_per_node == 2
