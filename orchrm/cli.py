@@ -227,6 +227,14 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_auth(args: argparse.Namespace) -> int:
+    from orchrm.config import load_config
+    from orchrm.ops.auth import describe, provision_from_env
+
+    print(describe(provision_from_env(load_config(args.config))))
+    return 0
+
+
 def _cmd_rank(args: argparse.Namespace) -> int:
     from orchrm.config import load_config
     from orchrm.execution.executor import MultiAgentExecutor
@@ -418,6 +426,11 @@ def _rollback_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="YAML config (registry: section)")
 
 
+def _auth_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("provision",), help="provision: create the accounts and grant their permissions")
+    p.add_argument("--config", default=None, help="YAML config (registry: section: the experiment and the registered model)")
+
+
 def _rank_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="URI or path of the reward model")
     p.add_argument("--question", required=True, help="the task text")
@@ -546,6 +559,18 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "replaced), remove previous, and record --reason, --who and the time as tags on both versions. The "
         "demoted version comes back only through `orchrm promote`. Exits 2 when there is no previous champion.",
         _rollback_arguments,
+    ),
+    Subcommand(
+        "auth",
+        _cmd_auth,
+        "create the MLflow server's accounts and permissions from the environment",
+        "On an MLflow server with authentication (`mlflow server --app-name basic-auth`, at MLFLOW_TRACKING_URI), "
+        "as its admin (MLFLOW_AUTH_ADMIN_USER, MLFLOW_AUTH_ADMIN_PASSWORD): create the pipeline's service account "
+        "(ORCHRM_MLFLOW_PIPELINE_USER / _PASSWORD) and a reviewer (ORCHRM_MLFLOW_REVIEWER_USER / _PASSWORD), set "
+        "their passwords, create the experiment and the registered model as the pipeline's account when missing, "
+        "and grant it MANAGE on both (only it registers versions and moves champion), the reviewer READ. "
+        "Idempotent: run it after every start of the server.",
+        _auth_arguments,
     ),
     Subcommand(
         "rank",

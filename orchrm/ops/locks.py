@@ -180,6 +180,10 @@ def _prefect_limit(name: str, *, timeout_s: float) -> Iterator[str]:
                         f"({'active' if limit.active else 'inactive'}): a promotion lock needs one active slot; "
                         f"`prefect gcl update {name} --limit 1` (and `prefect gcl enable {name}`)"
                     )
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code in (401, 403):
+            raise _prefect_refused(api, exc.response.status_code) from None
+        raise RegistryError(f"the Prefect API at {api} failed reading the promotion lock {name!r} ({exc}): check the server") from exc
     except httpx.HTTPError as exc:
         raise RegistryError(f"the Prefect API at {api} does not answer ({exc}): start the server, or unset PREFECT_API_URL") from exc
     with contextlib.ExitStack() as stack:
@@ -193,6 +197,16 @@ def _prefect_limit(name: str, *, timeout_s: float) -> Iterator[str]:
         except httpx.HTTPError as exc:
             raise RegistryError(f"the Prefect API at {api} failed while taking {name!r} ({exc}): check the server, then retry") from exc
         yield f"Prefect global concurrency limit {name!r}"
+
+
+def _prefect_refused(api: str | None, status: int) -> RegistryError:
+    """The error for a Prefect server that refused this client (it runs with
+    ``PREFECT_SERVER_API_AUTH_STRING`` and the client sent no or another auth string)."""
+    sent = "another auth string" if os.environ.get("PREFECT_API_AUTH_STRING") else "no auth string"
+    return RegistryError(
+        f"the Prefect API at {api} refused this client (HTTP {status}; it sent {sent}), so the promotion lock cannot "
+        "be taken: set PREFECT_API_AUTH_STRING to the server's PREFECT_SERVER_API_AUTH_STRING ('user:password')"
+    )
 
 
 @contextlib.contextmanager

@@ -57,6 +57,11 @@ MODEL_NAME_IN_RUN = "reward_model"
 VERDICT_TAG = "verdict_json"
 #: version tag holding the gate settings it was registered under, as JSON (what ``promote`` checks against)
 GATES_TAG = "gates_json"
+#: the registered model's description
+REGISTERED_MODEL_DESCRIPTION = "OrchRM Bradley-Terry reward model: R(prompt, action) -> reward"
+#: what a client needs to write to the registry (register, tag, move or remove an alias) on a server
+#: with authentication (:mod:`orchrm.ops.auth`)
+WRITE_NEEDS = "an account with MANAGE permission on the registered model (the pipeline's service account)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,7 +196,7 @@ def _ensure_registered_model(c: MlflowClient, name: str) -> None:
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
-        c.create_registered_model(name, description="OrchRM Bradley-Terry reward model: R(prompt, action) -> reward")
+        c.create_registered_model(name, description=REGISTERED_MODEL_DESCRIPTION)
 
 
 def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_digest: str, config: PipelineConfig) -> int:
@@ -229,7 +234,7 @@ def register_candidate(model_uri: str, *, run_id: str, verdict: Verdict, data_di
         mv = c.create_model_version(name, source=model_uri, run_id=run_id, tags=tags, model_id=model_id_of_uri(model_uri))
         return int(mv.version)
 
-    with_server_retries(uri, do, f"registering {model_uri} as {name!r}")
+    with_server_retries(uri, do, f"registering {model_uri} as a version of {name!r}", needs=WRITE_NEEDS)
     version = _one_version_of_run(c, name, run_id, uri=uri)
     if passed_absolute_gates(verdict):
         _set_alias(config, CHALLENGER, version)
@@ -255,7 +260,7 @@ def _one_version_of_run(c: MlflowClient, name: str, run_id: str, *, uri: str) ->
         raise RegistryError(f"run {run_id} has no version of {name!r} right after registering it: check the store at {uri}")
     for extra in versions[1:]:
         log.warning("%s version %d duplicates version %d (same run %s, a retried request): deleting it", name, extra, versions[0], run_id)
-        with_server_retries(uri, lambda v=extra: c.delete_model_version(name, str(v)), "deleting a duplicate version")
+        with_server_retries(uri, lambda v=extra: c.delete_model_version(name, str(v)), "deleting a duplicate version", needs=WRITE_NEEDS)
     return versions[0]
 
 
@@ -502,7 +507,8 @@ def _promote_locked(version: int, *, config: PipelineConfig, override_gates: str
     if not verdict.passed:
         if not passed_absolute_gates(verdict) and alias_version(config, CHALLENGER) == version:
             uri = tracking_uri(config)
-            with_server_retries(uri, lambda: client(uri).delete_registered_model_alias(name, CHALLENGER), "removing the challenger alias")
+            with_server_retries(uri, lambda: client(uri).delete_registered_model_alias(name, CHALLENGER),
+                                f"removing alias {CHALLENGER} from {name!r}", needs=WRITE_NEEDS)
         failed = "; ".join(f"{g.name}: {g.detail}" for g in verdict.failed()) or "no gate was evaluated"
         current = champion_version(config)
         where = f"champion stays at version {current}" if current is not None else "there is still no champion"
@@ -525,7 +531,8 @@ def _set_alias(config: PipelineConfig, alias: str, version: int) -> None:
     uri = tracking_uri(config)
     name = config.registry.model_name
     c = client(uri)
-    with_server_retries(uri, lambda: c.set_registered_model_alias(name, alias, str(version)), f"setting the {alias} alias")
+    with_server_retries(uri, lambda: c.set_registered_model_alias(name, alias, str(version)),
+                        f"setting alias {alias} on {name!r} to version {version}", needs=WRITE_NEEDS)
     now = alias_version(config, alias)
     if now != version:
         raise RegistryError(
@@ -593,7 +600,8 @@ def _rollback_locked(config: PipelineConfig, *, reason: str, who: str | None) ->
     _tag_version(config, previous, {**common, "rollback.role": "restored"})
     _set_alias(config, CHAMPION, previous)
     uri = tracking_uri(config)
-    with_server_retries(uri, lambda: client(uri).delete_registered_model_alias(name, PREVIOUS), f"removing the {PREVIOUS} alias")
+    with_server_retries(uri, lambda: client(uri).delete_registered_model_alias(name, PREVIOUS),
+                        f"removing alias {PREVIOUS} from {name!r}", needs=WRITE_NEEDS)
     log.info("%s: champion rolled back from version %d to %d by %s (%s)", name, current, previous, done.who, reason)
     return done
 
@@ -603,7 +611,8 @@ def _tag_version(config: PipelineConfig, version: int, tags: dict[str, str]) -> 
     name = config.registry.model_name
     c = client(uri)
     for key, value in tags.items():
-        with_server_retries(uri, lambda k=key, v=value: c.set_model_version_tag(name, str(version), k, v), "tagging the version")
+        with_server_retries(uri, lambda k=key, v=value: c.set_model_version_tag(name, str(version), k, v),
+                            f"tagging version {version} of {name!r}", needs=WRITE_NEEDS)
 
 
 #: version tags of the weekly re-evaluation: ``reevaluated.<YYYY-MM-DD>`` per run, and the latest

@@ -101,16 +101,52 @@ def _check_server_cached(uri: str) -> None:
     except RetryError as exc:
         cause = exc.last_attempt.exception()
         raise RegistryError(
-            f"the MLflow tracking server at {uri} is unreachable ({type(cause).__name__}: {cause}) after "
+            f"the MLflow tracking server at {redacted(uri)} is unreachable ({type(cause).__name__}: {cause}) after "
             f"{SERVER_ATTEMPTS} attempts: start it (e.g. `mlflow server --backend-store-uri sqlite:///<path>/mlflow.db "
             "--host 127.0.0.1 --port 5000`), or point MLFLOW_TRACKING_URI / registry.tracking_uri at a server "
             "that runs (unset both to use the local SQLite store)"
         ) from None
 
 
-def with_server_retries(uri: str, fn: Callable[[], T], what: str) -> T:
+#: what a client needs by default when a server with authentication refuses it (:mod:`orchrm.ops.auth`)
+DEFAULT_NEEDS = ("an account allowed to do this: the pipeline's service account (MANAGE on the experiment and the "
+                 "registered model) to log, register and move aliases, any account to read")
+#: MLflow's error codes for the HTTP statuses of a refused request
+REFUSED_CODES = {"UNAUTHENTICATED": 401, "CUSTOMER_UNAUTHORIZED": 401, "PERMISSION_DENIED": 403}
+
+
+def refused_status(exc: BaseException) -> int | None:
+    """401 or 403 when ``exc`` is a tracking server's refusal (no, wrong or insufficient
+    credentials), from MLflow's REST client or its artifact client; None for anything else."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(exc, MlflowException):
+        return REFUSED_CODES.get(str(exc.error_code))
+    response = getattr(exc, "response", None)  # requests.HTTPError of the artifact proxy's client
+    status = getattr(response, "status_code", None)
+    return status if status in (401, 403) else None
+
+
+def refused(uri: str, status: int, *, what: str, needs: str | None = None) -> RegistryError:
+    """The error for a refusal (HTTP ``status`` 401 or 403) of ``what`` by the server at ``uri``:
+    who was refused (``MLFLOW_TRACKING_USERNAME``, or an anonymous client), why, and the account to use."""
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    who = f"user {user!r}" if user else "an anonymous client"
+    if status == 401:
+        why = "wrong user name or password" if user else "the server requires a login"
+    else:
+        why = "permission denied"
+    return RegistryError(
+        f"{what}: the MLflow server at {redacted(uri)} refused {who}: {why} (HTTP {status}). Set "
+        f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to {needs or DEFAULT_NEEDS}"
+    )
+
+
+def with_server_retries(uri: str, fn: Callable[[], T], what: str, *, needs: str | None = None) -> T:
     """``fn()``; against a tracking server, connection failures are retried (bounded) and then
-    reported as :class:`RegistryError` naming ``what`` failed."""
+    reported as :class:`RegistryError` naming ``what`` failed. A refusal (HTTP 401 / 403 of a
+    server with authentication) is never retried: it is a :class:`RegistryError` at once, saying
+    who was refused and, with ``needs``, which account to use (:func:`refused`)."""
     if not is_remote(uri):
         return fn()
     import requests
@@ -132,9 +168,14 @@ def with_server_retries(uri: str, fn: Callable[[], T], what: str) -> T:
         return guarded()
     except RetryError as exc:
         raise RegistryError(
-            f"{what}: the MLflow tracking server at {uri} stopped answering "
+            f"{what}: the MLflow tracking server at {redacted(uri)} stopped answering "
             f"({exc.last_attempt.exception()}); check that it runs and is reachable, then retry"
         ) from None
+    except Exception as exc:
+        status = refused_status(exc)
+        if status is None:
+            raise
+        raise refused(uri, status, what=what, needs=needs) from None
 
 
 def client(uri: str) -> MlflowClient:
