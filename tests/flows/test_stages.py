@@ -85,3 +85,20 @@ def test_the_pipeline_config_section_is_validated_on_load():
         config_from_dict({"pipeline": {"task_runner": "ray"}})
     with pytest.raises(ConfigError, match=r"pipeline\.train_timeout_s"):
         config_from_dict({"pipeline": {"train_timeout_s": 0}})
+
+
+def test_the_cached_stages_persist_in_the_named_storage_block_or_say_that_it_is_missing(tmp_path):
+    from prefect.filesystems import LocalFileSystem
+
+    from flows.pipeline import result_storage
+
+    local = config_from_dict({"data_dir": str(tmp_path / "data")})
+    assert result_storage(local) == (tmp_path / "data" / "prefect-results").resolve()
+    LocalFileSystem(basepath=str(tmp_path / "shared")).save("orchrm-test-results", overwrite=True)
+    shared = config_from_dict({"data_dir": str(tmp_path / "data"), "pipeline": {"result_storage": "local-file-system/orchrm-test-results"}})
+    assert result_storage(shared).basepath == str(tmp_path / "shared")
+    missing = config_from_dict({"pipeline": {"result_storage": "remote-file-system/nowhere"}})
+    with pytest.raises(ConfigError, match="no Prefect storage block 'remote-file-system/nowhere'"):
+        result_storage(missing)
+    with pytest.raises(ConfigError, match="result_storage"):
+        config_from_dict({"pipeline": {"result_storage": "s3://bucket/path"}})
