@@ -116,11 +116,26 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetched(value: str | None, out: str, what: str) -> str | None:
+    """``value`` as a local file: an MLflow artifact URI (``runs:/<run>/<path>``,
+    ``mlflow-artifacts:/...``, ``s3://...``) is downloaded into ``<out>/.inputs/<what>/`` first,
+    so a node that shares no disk with the run's (another torchrun node) reads the run's files
+    from the tracking server."""
+    from urllib.parse import urlparse
+
+    if value is None or len(urlparse(value).scheme) < 2:  # a path (a drive letter is no scheme)
+        return value
+    from orchrm.ops.tracking import download_artifact_uri
+
+    return str(download_artifact_uri(value, Path(out) / ".inputs" / what))
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from orchrm.config import load_config, with_overrides
     from orchrm.model.trainer import train_from_file
 
-    cfg = load_config(args.config)
+    pairs, config = _fetched(args.pairs, args.out, "pairs"), _fetched(args.config, args.out, "config")
+    cfg = load_config(config)
     overrides = {k: v for k, v in {"encoder": args.encoder}.items() if v is not None}
     model_cfg = with_overrides(cfg.model, overrides)
     train_over = {k: v for k, v in {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr}.items() if v is not None}
@@ -131,7 +146,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         callbacks.append(MlflowCallback(args.mlflow_run_id))
     result = train_from_file(
-        args.pairs, args.out, model_config=model_cfg, train_config=train_cfg, resume=args.resume, overwrite=args.overwrite,
+        pairs, args.out, model_config=model_cfg, train_config=train_cfg, resume=args.resume, overwrite=args.overwrite,
         callbacks=callbacks,
     )
     print(result)
@@ -339,7 +354,7 @@ def _validate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pairs", required=True, help="pair table")
+    p.add_argument("--pairs", required=True, help="pair table: a path, or an MLflow artifact URI (runs:/<run>/pairs/pairs.parquet) downloaded from MLFLOW_TRACKING_URI")
     p.add_argument("--out", required=True, help="output model directory")
     p.add_argument(
         "--encoder", default=None,
@@ -359,7 +374,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
         help="continue the run whose last checkpoint is in --out (same pairs, model and settings; a larger --epochs extends it)",
     )
     earlier.add_argument("--overwrite", action="store_true", help="replace the model and checkpoints already in --out (default: refuse)")
-    p.add_argument("--config", default=None, help="YAML config (model: and train: sections)")
+    p.add_argument("--config", default=None, help="YAML config (model: and train: sections): a path or an MLflow artifact URI")
     p.add_argument(
         "--mlflow-run-id", default=None,
         help="log params and per-step/per-epoch metrics to this MLflow run (at MLFLOW_TRACKING_URI); the pipeline passes its train run",

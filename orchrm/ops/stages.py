@@ -463,7 +463,7 @@ def pairs_stage(artifacts: Artifacts, *, config: PipelineConfig, out_dir: str | 
     with _stage_run(config, "build-pairs", parent_run_id) as run_id:
         pairs = build_pairs(read_table(artifacts.path), config.pairs)
         path = write_table(pairs, Path(out_dir) / "pairs.parquet")
-        tracking.log_table_artifact(path, run_id=run_id, artifact_path=tracking.PAIRS_ARTIFACT)
+        tracking.log_file_artifact(path, run_id=run_id, artifact_path=tracking.PAIRS_ARTIFACT)
         if parent_run_id:
             tracking.set_tag(config, parent_run_id, tracking.PAIRS_RUN_TAG, run_id)
         digest = tracking.log_pairs_dataset(pairs, run_id=run_id, source=str(path), also=(parent_run_id,))
@@ -521,11 +521,11 @@ def torchrun_arguments(torchrun: TorchrunConfig) -> list[str]:
     return [*args, f"--rdzv-backend={torchrun.rdzv_backend}", f"--rdzv-endpoint={torchrun.rdzv_endpoint}", f"--rdzv-id={torchrun.rdzv_id}"]
 
 
-def other_nodes_note(config: PipelineConfig, *, pairs_path: Path, model_dir: Path, config_path: Path) -> str:
+def other_nodes_note(config: PipelineConfig, *, pairs_path: Path | str, model_dir: Path, config_path: Path | str) -> str:
     """What every other node runs to join this node's training, as lines for the top of
     ``train.log`` ("" on one node): :func:`train_command` with that node's ``node_rank``, started
-    as ``torchrun``. The paths are this node's: the other nodes need the same pairs and config at
-    them (a shared filesystem) or at their own copies."""
+    as ``torchrun``. ``pairs_path`` and ``config_path`` are this node's paths (then the other nodes
+    need the same files there) or MLflow artifact URIs, which ``orchrm train`` downloads."""
     torchrun = config.pipeline.torchrun
     if config.pipeline.launcher != "torchrun" or torchrun.nnodes == 1:
         return ""
@@ -538,6 +538,24 @@ def other_nodes_note(config: PipelineConfig, *, pairs_path: Path, model_dir: Pat
             cmd = train_command(node, pairs_path=pairs_path, model_dir=model_dir, config_path=config_path, run_id=None)
             lines.append(f"#   node {rank}: {shlex.join(['torchrun', *cmd[3:]])}")
     return "\n".join(lines) + "\n"
+
+
+def _other_nodes_note(config: PipelineConfig, pairs: Pairs, *, run_id: str, model_dir: Path, config_path: Path) -> str:
+    """:func:`other_nodes_note` with the run's files as MLflow artifact URIs (the pairs of the
+    ``build-pairs`` run, the config logged to the ``train`` run), so that nodes which share no
+    disk with this one download them (``orchrm train`` accepts URIs); local paths when the pairs
+    were not logged (no ``build-pairs`` run)."""
+    from orchrm.ops import tracking
+
+    if config.pipeline.launcher != "torchrun" or config.pipeline.torchrun.nnodes == 1:
+        return ""
+    pairs_ref, config_ref = pairs.path, config_path
+    if pairs.run_id and tracking.has_artifact(config, pairs.run_id, tracking.PAIRS_ARTIFACT):
+        tracking.log_file_artifact(config_path, run_id=run_id, artifact_path=config_path.name)
+        pairs_ref, config_ref = f"runs:/{pairs.run_id}/{tracking.PAIRS_ARTIFACT}", f"runs:/{run_id}/{config_path.name}"
+        note = other_nodes_note(config, pairs_path=pairs_ref, model_dir=model_dir, config_path=config_ref)
+        return note + f"# (each with MLFLOW_TRACKING_URI={tracking.tracking_uri(config)}: it downloads the pairs and the config from there)\n"
+    return other_nodes_note(config, pairs_path=pairs_ref, model_dir=model_dir, config_path=config_ref)
 
 
 def write_config(config: PipelineConfig, path: Path) -> Path:
@@ -580,7 +598,7 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
         env = {**os.environ, "MLFLOW_TRACKING_URI": tracking.tracking_uri(config), "PYTHONUNBUFFERED": "1"}
         log_path = model_dir / "train.log"
         with log_path.open("wb") as out_log:
-            out_log.write(other_nodes_note(config, pairs_path=pairs.path, model_dir=model_dir, config_path=config_path).encode())
+            out_log.write(_other_nodes_note(config, pairs, run_id=run_id, model_dir=model_dir, config_path=config_path).encode())
             out_log.flush()
             # a session of its own, so a timeout stops torchrun's workers too; recorded while it runs, so
             # that stop_training() stops it when the run is cancelled or crashes while this thread waits

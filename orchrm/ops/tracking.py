@@ -543,7 +543,7 @@ def set_tag(config: PipelineConfig, run_id: str, key: str, value: str) -> None:
     with_server_retries(uri, lambda: c.set_tag(run_id, key, value), f"tagging run {run_id} with {key}")
 
 
-def log_table_artifact(path: Path, *, run_id: str, artifact_path: str) -> str:
+def log_file_artifact(path: Path, *, run_id: str, artifact_path: str) -> str:
     """Log the file ``path`` to ``run_id`` as ``artifact_path`` (its folder part the artifact
     directory, its file name kept) on the tracking server's artifact store; returns
     ``runs:/<run_id>/<artifact_path>``."""
@@ -556,6 +556,15 @@ def log_table_artifact(path: Path, *, run_id: str, artifact_path: str) -> str:
     c = client(uri)
     with_server_retries(uri, lambda: c.log_artifact(run_id, str(path), folder or None), f"logging {artifact_path} to run {run_id}")
     return f"runs:/{run_id}/{artifact_path}"
+
+
+def has_artifact(config: PipelineConfig, run_id: str, artifact_path: str) -> bool:
+    """Whether ``run_id`` has the artifact file ``artifact_path``."""
+    uri = tracking_uri(config)
+    c = client(uri)
+    folder, _, name = artifact_path.rpartition("/")
+    listed = with_server_retries(uri, lambda: c.list_artifacts(run_id, folder or None), f"listing the artifacts of run {run_id}")
+    return any(f.path == artifact_path for f in listed)
 
 
 def download_run_artifact(config: PipelineConfig, run_id: str, artifact_path: str, dst_dir: Path) -> Path:
@@ -572,6 +581,24 @@ def download_run_artifact(config: PipelineConfig, run_id: str, artifact_path: st
             run_id=run_id, artifact_path=artifact_path, dst_path=str(dst_dir), tracking_uri=uri), f"downloading {artifact_path} of run {run_id}")
     except (MlflowException, OSError) as exc:
         raise RegistryError(f"run {run_id} has no artifact {artifact_path} in the tracking store at {uri} ({type(exc).__name__}: {exc})") from None
+    return Path(local)
+
+
+def download_artifact_uri(artifact_uri: str, dst_dir: Path) -> Path:
+    """Download the MLflow artifact ``artifact_uri`` (``runs:/<run>/<path>`` and the like, through
+    ``MLFLOW_TRACKING_URI``'s server) into ``dst_dir``; :class:`RegistryError` when it is not there."""
+    import mlflow
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    uri = mlflow.get_tracking_uri()
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        local = with_server_retries(uri, lambda: mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=str(dst_dir)),
+                                    f"downloading {artifact_uri}")
+    except (MlflowException, OSError) as exc:
+        raise RegistryError(f"cannot download {artifact_uri} from the tracking store at {uri} ({type(exc).__name__}: {exc}); "
+                            "check MLFLOW_TRACKING_URI and the run id") from None
     return Path(local)
 
 

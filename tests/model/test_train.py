@@ -532,6 +532,32 @@ def test_cli_train_writes_model_and_result(small_pairs, tmp_path, capsys):
     assert [r["epoch"] for r in summary["history"]] == [1, 2, 3]
 
 
+def test_cli_train_downloads_pairs_and_config_given_as_mlflow_artifact_uris(small_pairs, tmp_path, monkeypatch, capsys):
+    """What another torchrun node runs: the run's files from the tracking store, no shared disk."""
+    from mlflow import MlflowClient
+
+    from orchrm import load_reward_model
+    from orchrm.data.tables import write_table
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    c = MlflowClient(tracking_uri=store)
+    run = c.create_run(c.create_experiment("nodes", artifact_location=(tmp_path / "artifacts").as_uri())).info.run_id
+    shared = tmp_path / "node-0"
+    shared.mkdir()
+    write_table(small_pairs, shared / "pairs.parquet")
+    (shared / "config.yaml").write_text("model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300}\n"
+                                        "train: {batch_size: 16, lr: 3.0e-3, epochs: 1}\n")
+    c.log_artifact(run, str(shared / "pairs.parquet"), "pairs")
+    c.log_artifact(run, str(shared / "config.yaml"))
+    out = tmp_path / "node-1" / "model"
+    assert cli_main(["train", "--pairs", f"runs:/{run}/pairs/pairs.parquet", "--config", f"runs:/{run}/config.yaml", "--out", str(out)]) == 0
+    assert len(json.loads((out / "train_result.json").read_text())["history"]) == 1  # the config's epochs
+    assert load_reward_model(out).config.hidden_dim == 32  # and its model
+    assert cli_main(["train", "--pairs", f"runs:/{run}/pairs/missing.parquet", "--out", str(tmp_path / "other")]) == 2
+    assert "cannot download runs:/" in capsys.readouterr().err
+
+
 def test_cli_train_never_replaces_a_model_unasked_and_checks_out_before_training(small_pairs, tmp_path, capsys):
     from orchrm.data.tables import write_table
 
