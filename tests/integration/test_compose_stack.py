@@ -12,6 +12,7 @@ local PostgreSQL (127.0.0.1:5432) under names of its own.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -327,3 +329,110 @@ def test_the_init_script_creates_the_roles_and_databases_of_mlflow_and_prefect()
             _psql(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         for role in (names["MLFLOW_DB_USER"], names["PREFECT_DB_USER"]):
             _psql(f'DROP ROLE IF EXISTS "{role}"')
+
+
+# --------------------------------------------------------------------------------------------
+# the stack's Prefect side, natively: a server on PostgreSQL with the auth string, the deploy job's
+# script run in a folder laid out like the image's /app, the worker's command and health checks
+
+
+def _healthcheck(service: dict, port: int) -> subprocess.CompletedProcess:
+    """The service's health-check command (``CMD ...``), run here against ``port``."""
+    kind, *cmd = service["healthcheck"]["test"]
+    assert kind == "CMD"
+    cmd = [c.replace(":4200/", f":{port}/").replace(":8080/", f":{port}/") for c in cmd]
+    return subprocess.run([sys.executable if c == "python" else c for c in cmd], capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_deploy_job_and_the_worker_of_the_stack_on_a_prefect_server_with_an_auth_string(services, database, tmp_path):
+    import httpx
+
+    from tests.integration.mlflow_server import free_port
+    from tests.integration.prefect_server import _process, _wait_healthy
+
+    auth = "admin:not-a-real-secret"
+    port, worker_port = free_port(), free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING"))}
+    base |= {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    server_env = base | {"PREFECT_API_DATABASE_CONNECTION_URL": database, "PREFECT_SERVER_API_AUTH_STRING": auth,
+                         "PREFECT_SERVER_UI_ENABLED": "false"}
+    client = base | {"PREFECT_API_URL": api, "PREFECT_API_AUTH_STRING": auth}
+    # the image's /app: prefect.yaml and what its deployments run (orchrm itself is installed)
+    app = tmp_path / "app"
+    app.mkdir()
+    shutil.copy(ROOT / "prefect.yaml", app)
+    for folder in ("flows", "configs", "expectations"):
+        shutil.copytree(ROOT / folder, app / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    bin_path = f"{BIN}{os.pathsep}{os.environ['PATH']}"
+
+    server_log, worker_log = tmp_path / "server.log", tmp_path / "worker.log"
+    server_cmd = [str(BIN / "prefect"), *services["prefect-server"]["command"]]
+    server_cmd[server_cmd.index("--port") + 1] = str(port)
+    server_cmd[server_cmd.index("--host") + 1] = "127.0.0.1"
+    with _process(server_cmd, env=server_env, log=server_log) as server:
+        _wait_healthy(api, server, server_log)
+        assert _healthcheck(services["prefect-server"], port).returncode == 0
+        # the auth string is required: a client without it is refused
+        assert httpx.post(f"{api}/work_pools/filter", json={}, timeout=10).status_code == 401
+
+        # the deploy job's script, as the container's shell runs it
+        script = services["prefect-deploy"]["command"][0].replace("$$", "$")
+        done = subprocess.run(["/bin/sh", "-ec", script], cwd=app, env=client | {"PATH": bin_path},
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        headers = {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
+        pool = httpx.get(f"{api}/work_pools/orchrm", headers=headers, timeout=10).json()
+        assert pool["type"] == "process"
+        for name in ("orchrm-nightly/nightly-retrain", "orchrm-weekly-reevaluation/weekly-reevaluation", "orchrm-pipeline/on-demand"):
+            deployment = httpx.get(f"{api}/deployments/name/{name}", headers=headers, timeout=10).json()
+            assert deployment["work_pool_name"] == "orchrm", name
+            # a worker in the image runs the flows from the folder they were deployed from: /app there
+            [pull] = deployment["pull_steps"]
+            assert Path(pull["prefect.deployments.steps.set_working_directory"]["directory"]) == app, name
+
+        # the worker's command; its health check answers once it polls
+        worker_cmd = [str(BIN / "prefect"), *services["prefect-worker"]["command"]]
+        worker_env = client | {"PREFECT_WORKER_WEBSERVER_HOST": "127.0.0.1", "PREFECT_WORKER_WEBSERVER_PORT": str(worker_port)}
+        with _process(worker_cmd, env=worker_env, log=worker_log, cwd=app) as worker:
+            deadline = time.monotonic() + 120
+            while _healthcheck(services["prefect-worker"], worker_port).returncode != 0:
+                assert worker.poll() is None, worker_log.read_text()[-3000:]
+                assert time.monotonic() < deadline, f"worker health check never passed:\n{worker_log.read_text()[-3000:]}"
+                time.sleep(2)
+            workers = httpx.post(f"{api}/work_pools/orchrm/workers/filter", headers=headers, json={}, timeout=10).json()
+            assert workers, "the worker is not registered on the orchrm pool"
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_gpu_example_deploys_to_a_kubernetes_pool_made_from_its_template(database, tmp_path):
+    """``docker/prefect.kubernetes.yaml`` as its header says to deploy it: the server checks the
+    deployment's and each flow run's job variables against the pool's template, and refuses a wrong one."""
+    import httpx
+
+    from tests.integration.mlflow_server import free_port
+    from tests.integration.prefect_server import _prefect, _process, _wait_healthy
+
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING"))}
+    base |= {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    server_env = base | {"PREFECT_API_DATABASE_CONNECTION_URL": database, "PREFECT_SERVER_UI_ENABLED": "false"}
+    client = base | {"PREFECT_API_URL": api}
+    with _process([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=server_env, log=tmp_path / "server.log") as server:
+        _wait_healthy(api, server, tmp_path / "server.log")
+        _prefect("work-pool", "create", "orchrm-gpu", "--type", "kubernetes",
+                 "--base-job-template", str(DOCKER / "kubernetes-gpu-job-template.json"), env=client)
+        _prefect("--no-prompt", "deploy", "--all", "--prefect-file", str(DOCKER / "prefect.kubernetes.yaml"), env=client)
+        deployment = httpx.get(f"{api}/deployments/name/orchrm-pipeline/on-demand-gpu", timeout=10).json()
+        assert deployment["work_pool_name"] == "orchrm-gpu"
+        assert deployment["job_variables"]["gpu_limit"] == 1
+        assert deployment["job_variables"]["node_selector"] == {"nvidia.com/gpu.present": "true"}
+        # a flow run's own job variables are checked too (`prefect deployment run --job-variable ...`)
+        runs = f"{api}/deployments/{deployment['id']}/create_flow_run"
+        refused = httpx.post(runs, json={"job_variables": {"gpu_limit": "one"}}, timeout=10)
+        assert refused.status_code == 422 and "gpu_limit" in refused.text, refused.text
+        assert httpx.post(runs, json={"job_variables": {"gpu_limit": 4}}, timeout=10).status_code == 201
