@@ -357,8 +357,10 @@ def test_the_deploy_job_and_the_worker_of_the_stack_on_a_prefect_server_with_an_
     api = f"http://127.0.0.1:{port}/api"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_TRACKING"))}
     base |= {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # the image's setting: the UI bundle prepared outside the (root-owned) installed package
+    ui = tmp_path / "ui"
     server_env = base | {"PREFECT_API_DATABASE_CONNECTION_URL": database, "PREFECT_SERVER_API_AUTH_STRING": auth,
-                         "PREFECT_SERVER_UI_ENABLED": "false"}
+                         "PREFECT_SERVER_UI_STATIC_DIRECTORY": str(ui)}
     client = base | {"PREFECT_API_URL": api, "PREFECT_API_AUTH_STRING": auth}
     # the image's /app: prefect.yaml and what its deployments run (orchrm itself is installed)
     app = tmp_path / "app"
@@ -375,6 +377,7 @@ def test_the_deploy_job_and_the_worker_of_the_stack_on_a_prefect_server_with_an_
     with _process(server_cmd, env=server_env, log=server_log) as server:
         _wait_healthy(api, server, server_log)
         assert _healthcheck(services["prefect-server"], port).returncode == 0
+        assert any(ui.rglob("index.html")), "the server prepared no UI bundle in PREFECT_SERVER_UI_STATIC_DIRECTORY"
         # the auth string is required: a client without it is refused
         assert httpx.post(f"{api}/work_pools/filter", json={}, timeout=10).status_code == 401
 
@@ -397,13 +400,14 @@ def test_the_deploy_job_and_the_worker_of_the_stack_on_a_prefect_server_with_an_
         worker_cmd = [str(BIN / "prefect"), *services["prefect-worker"]["command"]]
         worker_env = client | {"PREFECT_WORKER_WEBSERVER_HOST": "127.0.0.1", "PREFECT_WORKER_WEBSERVER_PORT": str(worker_port)}
         with _process(worker_cmd, env=worker_env, log=worker_log, cwd=app) as worker:
+            def registered() -> bool:
+                return bool(httpx.post(f"{api}/work_pools/orchrm/workers/filter", headers=headers, json={}, timeout=10).json())
+
             deadline = time.monotonic() + 120
-            while _healthcheck(services["prefect-worker"], worker_port).returncode != 0:
+            while not (registered() and _healthcheck(services["prefect-worker"], worker_port).returncode == 0):
                 assert worker.poll() is None, worker_log.read_text()[-3000:]
-                assert time.monotonic() < deadline, f"worker health check never passed:\n{worker_log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"the worker never registered on the pool and answered its health check:\n{worker_log.read_text()[-3000:]}"
                 time.sleep(2)
-            workers = httpx.post(f"{api}/work_pools/orchrm/workers/filter", headers=headers, json={}, timeout=10).json()
-            assert workers, "the worker is not registered on the orchrm pool"
 
 
 @pytest.mark.integration

@@ -86,6 +86,10 @@ def test_the_image_runs_as_a_user_that_is_not_root_with_the_orchrm_cli_as_entryp
         entrypoint = steps(stages, target, "ENTRYPOINT")[0]
         assert entrypoint[-1] == "orchrm"
         assert "WORKDIR" in {c for stage in chain(stages, target) for c, _, _ in stages[stage]["steps"]}
+        # what that user writes lies under its home, not in the root-owned virtual environment
+        env = dict(pair for value in steps(stages, target, "ENV") for pair in zip(value[::2], value[1::2], strict=True))
+        for key in ("HOME", "PREFECT_HOME", "PREFECT_SERVER_UI_STATIC_DIRECTORY"):
+            assert env[key].startswith("/home/orchrm"), key
 
 
 def test_what_the_dockerfile_copies_is_in_the_build_context():
