@@ -302,6 +302,15 @@ def _psql(sql: str, database: str = "postgres") -> str:
 
 
 @pytest.mark.integration
+def test_the_postgres_health_check_answers_on_a_running_postgresql(services):
+    if shutil.which("pg_isready") is None or not _reachable(PG_HOST, PG_PORT):
+        _unavailable(f"pg_isready or PostgreSQL at {PG_HOST}:{PG_PORT} is missing")
+    kind, *check = services["postgres"]["healthcheck"]["test"]
+    assert kind == "CMD" and check[0] == "pg_isready"
+    assert subprocess.run(check + ["--port", str(PG_PORT)], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.integration
 def test_the_init_script_creates_the_roles_and_databases_of_mlflow_and_prefect():
     if shutil.which("psql") is None or not _reachable(PG_HOST, PG_PORT):
         _unavailable(f"psql or PostgreSQL at {PG_HOST}:{PG_PORT} is missing")
