@@ -36,8 +36,8 @@ ENV_EXAMPLE = DOCKER / ".env.example"
 BIN = Path(sys.executable).parent
 #: services that run until stopped, and one-shot jobs that must exit 0 before their dependants start
 LONG_RUNNING = {"postgres", "minio", "mlflow", "prefect-server", "prefect-worker"}
-ONE_SHOT = {"minio-setup", "prefect-deploy"}
-ORCHRM_SERVICES = {"mlflow", "prefect-server", "prefect-deploy", "prefect-worker"}
+ONE_SHOT = {"minio-setup", "mlflow-provision", "prefect-deploy"}
+ORCHRM_SERVICES = {"mlflow", "mlflow-provision", "prefect-server", "prefect-deploy", "prefect-worker"}
 #: names of variables whose values are secrets
 SECRET = re.compile(r"PASSWORD|SECRET|AUTH_STRING")
 
@@ -163,7 +163,8 @@ def test_dependencies_wait_for_health_or_for_a_one_shot_to_succeed(services):
         "mlflow": {"postgres": "service_healthy", "minio-setup": "service_completed_successfully"},
         "prefect-server": {"postgres": "service_healthy"},
         "prefect-deploy": {"prefect-server": "service_healthy"},
-        "prefect-worker": {"prefect-deploy": "service_completed_successfully", "mlflow": "service_healthy"},
+        "mlflow-provision": {"mlflow": "service_healthy"},
+        "prefect-worker": {"prefect-deploy": "service_completed_successfully", "mlflow-provision": "service_completed_successfully"},
     }
     got = {name: {dep: spec["condition"] for dep, spec in s.get("depends_on", {}).items()} for name, s in services.items()}
     assert {k: v for k, v in got.items() if v} == expected
@@ -501,3 +502,19 @@ def test_the_mlflow_service_natively_basic_auth_on_postgresql_and_the_allowed_ho
             assert httpx.get(search, auth=admin, headers={"Host": "mlflow:5000"}, timeout=30).status_code == 200
             refused = httpx.get(search, auth=admin, headers={"Host": "attacker.example"}, timeout=30)
             assert refused.status_code in (400, 403), refused.text
+
+
+def test_the_provisioning_job_runs_orchrm_auth_provision_with_every_account_it_reads(services):
+    from orchrm.cli import build_parser
+    from orchrm.ops import auth
+
+    job = services["mlflow-provision"]
+    args = build_parser().parse_args(job["command"])
+    assert (args.command, args.action) == ("auth", "provision")
+    env = job["environment"]
+    needed = {auth.MLFLOW_ADMIN_USER_ENV, auth.ADMIN_PASSWORD_ENV, auth.PIPELINE_USER_ENV, auth.PIPELINE_PASSWORD_ENV,
+              auth.REVIEWER_USER_ENV, auth.REVIEWER_PASSWORD_ENV}
+    assert needed <= set(env) and env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    # the worker logs in as the account the job provisions
+    worker = services["prefect-worker"]["environment"]
+    assert worker["MLFLOW_TRACKING_USERNAME"] == env[auth.PIPELINE_USER_ENV]
