@@ -10,7 +10,7 @@ every execution are seeded from ``(seed, task_id, plan_id)``, so the table does 
 the number of workers or the order in which they finish.
 
 The same collection also runs in chunks, for a task runner to spread (issue 23):
-:func:`plan_collection` cuts a config's tasks into :class:`TaskChunk` s, :func:`collect_chunk`
+:func:`plan_collection` cuts a config's tasks into chunks (:class:`TaskChunk`), :func:`collect_chunk`
 runs one in the calling process and returns its rows as data (:class:`ChunkRows`, JSON-ready:
 the machine that runs a chunk shares no disk with the one that plans it), and
 :func:`combine_collection` puts the chunks' rows together into the table
