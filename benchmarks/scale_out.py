@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -80,6 +81,9 @@ def prefect_api() -> Iterator[str]:
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
             yield server.api_url
     finally:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)  # the flow runs' last log lines, while the API still answers
         del os.environ["PREFECT_API_URL"]
         server.stop()
 
@@ -160,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     apply_offline_env()
     report: dict[str, Any] = {**provenance(command_line("benchmarks.scale_out", ap, args))}
     runs = []
-    with prefect_api():
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)  # the runs' data folders and Prefect's state
+        cleanup.enter_context(prefect_api())
         for r in range(args.rounds):
             for workers in (1, 2):
                 run = measure(args, workers, scratch / f"round{r}-workers{workers}")
