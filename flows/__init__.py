@@ -16,7 +16,10 @@ retry repeats no write.
 
 from __future__ import annotations
 
+import socket
 from typing import Any
+
+from prefect.cache_policies import CacheKeyFnPolicy
 
 from orchrm.util.offline import apply_offline_env
 
@@ -30,3 +33,14 @@ def folder_unreadable(task: Any, task_run: Any, state: Any) -> bool:
     :class:`~orchrm.errors.ConfigError`) nor the tracking store (retried inside, then a
     :class:`~orchrm.errors.RegistryError`)."""
     return isinstance(state.result(raise_on_failure=False), OSError)
+
+
+def _this_machine(context: Any, parameters: dict[str, Any]) -> str:
+    return socket.gethostname()
+
+
+#: the part of a cache key that keeps a cached result naming a local file (``collect``'s artifact
+#: table, ``build-pool``'s pool) to the machine that wrote it: with the results on a store every
+#: worker shares (``pipeline.result_storage``), another machine's cached path would name a file it
+#: does not have. (The chunk tasks return their rows as data, cached for every machine.)
+ON_THIS_MACHINE = CacheKeyFnPolicy(cache_key_fn=_this_machine)

@@ -15,7 +15,9 @@ stages') is JSON, never a pickle.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
@@ -60,6 +62,7 @@ def stages(config: PipelineConfig) -> pipeline.Stages:
         register=promote.register,
         promote=promote.promote,
         record_ingested=collect.record_ingested,
+        **mapped_stages(config, results),
     )
 
 
@@ -82,6 +85,20 @@ def result_storage(config: PipelineConfig):
         ) from None
 
 
+def mapped_stages(config: PipelineConfig, results: Path) -> dict:
+    """On a Dask cluster (``pipeline.task_runner: dask`` with ``pipeline.dask_address``), the tasks
+    that map collection and the sandbox pool over chunks of tasks (``collect-chunk``,
+    ``pool-chunk``): the cluster spreads them over its workers, whose daemonic processes could not
+    start a pool of their own. Otherwise none: threads of this process (the thread runner, the
+    local Dask cluster) would run CPU-bound chunks one at a time under the GIL, so ``collect`` and
+    ``build-pool`` stay one task each, over ``collect.workers`` processes of this machine. The
+    tables are the same either way."""
+    if config.pipeline.task_runner != "dask" or not config.pipeline.dask_address:
+        return {}
+    return {"collect_chunk": collect.collect_chunk.with_options(result_storage=results),
+            "pool_chunk": evaluate.pool_chunk.with_options(result_storage=results)}
+
+
 def stages_timeout(config: PipelineConfig) -> float:
     """Timeout of the ``orchrm-stages`` flow: ``pipeline.train_timeout_s`` plus :data:`OTHER_STAGES_S`."""
     return config.pipeline.train_timeout_s + OTHER_STAGES_S
@@ -89,12 +106,20 @@ def stages_timeout(config: PipelineConfig) -> float:
 
 def task_runner(config: PipelineConfig):
     """``pipeline.task_runner``: threads, or prefect-dask's DaskTaskRunner (the scheduler at
-    ``pipeline.dask_address``, else a local cluster)."""
+    ``pipeline.dask_address``, else a local cluster in this process). A cluster's workers report
+    their task runs to ``PREFECT_API_URL``: without one, each starts a temporary API of its own
+    (a warning says so)."""
     run = config.pipeline
     if run.task_runner == "dask":
+        from prefect.settings import PREFECT_API_URL
         from prefect_dask import DaskTaskRunner
 
         if run.dask_address:
+            if not PREFECT_API_URL.value():
+                logging.getLogger("orchrm.flows").warning(
+                    "pipeline.dask_address is set but PREFECT_API_URL is not: each Dask worker will start a temporary "
+                    "Prefect API of its own and record the chunks' task runs there, not where this flow run is. Start a "
+                    "Prefect server (`prefect server start`) and set PREFECT_API_URL, for this process and the workers")
             return DaskTaskRunner(address=run.dask_address)
         return DaskTaskRunner(cluster_kwargs={"n_workers": 1, "threads_per_worker": run.max_workers, "processes": False})
     return ThreadPoolTaskRunner(max_workers=run.max_workers)

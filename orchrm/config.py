@@ -37,6 +37,12 @@ class CollectConfig(FrozenConfig):
     orchestrators: dict[str, float] = Field(default_factory=lambda: {"base": 0.5, "specialized": 0.5})
     #: worker processes; None = one per CPU core
     workers: int | None = Field(None, ge=1)
+    #: tasks per chunk when the flows map collection and the sandbox's held-out pool over chunks
+    #: (task runs ``collect-chunk`` / ``pool-chunk``, spread by the task runner: a Dask cluster with
+    #: ``pipeline.task_runner: dask``): each domain's tasks are cut into the fewest contiguous,
+    #: near-equal chunks of at most this many. Fewer, larger chunks pay less per-task-run overhead;
+    #: more spread better. The tables do not depend on it
+    chunk_tasks: int = Field(16, ge=1)
     #: ``full``: run every candidate plan to its sink (correct-over-incorrect pairs need that);
     #: ``branch``: run plan prefixes only, ``branches`` alternatives at every shared prefix down
     #: to ``branch_depth`` (orchrm.execution.collect.branch_plans): intermediate pairs for a fraction of

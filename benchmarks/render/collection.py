@@ -1,5 +1,6 @@
 """The pages of the data benchmarks: plan choice (``plan_choice.json``), collection speed
-(``collect.json``), pairs and their data gates (``pairs.json``)."""
+(``collect.json``), collection scale-out over Dask workers (``scale_out.json``), pairs and their
+data gates (``pairs.json``)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,41 @@ def collect_section(res: Record) -> list[str]:
              str(d[k]["target_per_s"]), yes(d[k]["meets_target"])] for k in d]
     return [f"{res.get('workers', '?')} workers, {res.get('plans_per_task', '?')} plans per task.", "",
             *table(["domain", "tasks", "one process (plans/s)", "parallel, end to end (plans/s)", "target (plans/s)", "met"], rows), ""]
+
+
+def _scale_out_rows(res: Record) -> list[list[str]]:
+    sec, ratio = res["seconds"], res["ratio_1_over_2"]
+    return [[step, num(sec["1"][key], ".1f"), num(sec["2"][key], ".1f"), num(ratio[key], ".2f") + "x"]
+            for step, key in (("collection", "collect"), ("held-out pool", "pool"), ("both", "total"))]
+
+
+def _scale_out_setup(res: Record) -> str:
+    s = res["settings"]
+    return (f"{s['domains']} domains: collection of {s['tasks_per_domain']} tasks x {s['plans_per_task']} plans each, held-out "
+            f"pool of {s['pool_tasks_per_domain']} tasks x {s['candidates']} candidates ({s['pool_seeds']} execution + "
+            f"{s['repeats']} re-runs each); chunks of at most {s['chunk_tasks']} tasks: {res['chunks']['collect']} "
+            f"`collect-chunk` and {res['chunks']['pool']} `pool-chunk` task runs")
+
+
+def scale_out_page(res: Record) -> list[str]:
+    runs = [[str(r["workers"]), num(r["collect_s"], ".1f"), num(r["collect_work_s"], ".1f"), num(r["pool_s"], ".1f"),
+             num(r["pool_work_s"], ".1f"), " / ".join(map(str, r["chunks_per_worker"]))] for r in res.rows("runs")]
+    return [
+        f"# Collection scale-out ({res['machine']['cpus']} CPU cores, Dask LocalCluster of 1 and 2 worker processes)", "",
+        "Wall time of the pipeline's mapped collection and held-out pool (`orchrm.ops.pipeline.collect_in_chunks`, "
+        "`pool_in_chunks`) in a Prefect flow with `pipeline.task_runner: dask` and `pipeline.dask_address` set to the "
+        f"cluster's scheduler. {_scale_out_setup(res)}. Best of {res['settings']['rounds']} rounds; every run had a data "
+        f"folder of its own (nothing cached) and gave the same tables ({res['rows']['artifacts']:,} artifacts, "
+        f"{res['rows']['pool']:,} pool rows): {yes(res['same_tables'])}.", "",
+        *table(["step", "1 worker (s)", "2 workers (s)", "1 / 2"], _scale_out_rows(res)), "",
+        "Every run:", "", *table(["workers", "collection (s)", "work in its chunks (s)", "pool (s)", "work in its chunks (s)",
+                                   "chunks per worker"], runs), "",
+        f"Notes: {res['notes']}"]
+
+
+def scale_out_section(res: Record) -> list[str]:
+    return [f"{_scale_out_setup(res)}; best of {res['settings']['rounds']} rounds.", "",
+            *table(["step", "1 worker (s)", "2 workers (s)", "1 / 2"], _scale_out_rows(res)), "", f"Notes: {res['notes']}", ""]
 
 
 def _missed(flag: bool) -> str:
@@ -129,6 +165,9 @@ BENCHMARKS = {
         plan_choice_page, plan_choice_section),
     "collect": Benchmark("Collection speed", "Plan executions per second, one process and with parallel workers end to end.",
                          collect_page, collect_section),
+    "scale_out": Benchmark("Collection scale-out", "The pipeline's collection and held-out pool as mapped Prefect task "
+                           "runs on a Dask cluster: wall time with 1 and with 2 worker processes, same config.",
+                           scale_out_page, scale_out_section),
     "pairs": Benchmark("Pairs and data gates", "Building win/loss pairs from artifacts, validating them with Great "
                        "Expectations, and the collection tokens each usable pair costs.", pairs_page, pairs_section),
 }

@@ -5,6 +5,10 @@ plans with the base sampler, executes each once per pool seed and re-runs it for
 quality. :func:`build_replay_pool` replays a user's own held-out tasks from an ingested artifact
 table instead: each task's logged plans are its candidates, their logged runs the executions. A
 :class:`CandidatePool` is the frame every selector reads, whichever way it was built.
+
+The sandbox pool also builds in chunks, for a task runner to spread (issue 23): :func:`plan_pool`
+cuts the held-out tasks into chunks, :func:`pool_chunk` runs one in the calling process and
+returns its rows as data, :func:`combine_pool` makes the pool :func:`build_pool` returns.
 """
 
 from __future__ import annotations
@@ -14,13 +18,15 @@ import logging
 import math
 import os
 import random
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -28,6 +34,9 @@ import pandas as pd
 from orchrm.config import PairsConfig, PipelineConfig
 from orchrm.errors import CollectionError, ConfigError, DataQualityError
 from orchrm.util.fileio import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from orchrm.execution.collect import ChunkRows, TaskChunk
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +59,8 @@ POOL_COLUMNS: tuple[str, ...] = (
     "expected_quality",  # mean quality over the re-runs (DESIGN §4)
     "expected_cost",  # mean cost over the re-runs (the cost-only selector)
 )
+#: the float columns of :data:`POOL_COLUMNS` (float64 even where a value is missing)
+_FLOAT_COLUMNS = ("quality", "confidence", "cost", "expected_quality", "expected_cost")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,21 +161,23 @@ def held_out_tasks(config: PipelineConfig) -> list[Any]:
     held-out share (:func:`orchrm.execution.tasks.base.is_held_out`), which collection never
     draws from, and a generator's from another seed, with any task the collection also draws left
     out. A domain whose data set runs out gives fewer tasks, with a warning."""
+    return [t for domain in config.collect.domains for t in held_out_domain_tasks(config, domain)]
+
+
+def held_out_domain_tasks(config: PipelineConfig, domain: str, *, warn: bool = True) -> list[Any]:
+    """The tasks of :func:`held_out_tasks` of one ``domain``."""
     from orchrm.execution.tasks.base import load_tasks, sources
 
     c, e = config.collect, config.evaluate
-    tasks: list[Any] = []
-    for domain in c.domains:
-        source = c.source(domain)
-        seen = {t.task_id for t in load_tasks(domain, c.tasks_per_domain, seed=c.seed, source=source, part="collect")}
-        # a finite source's held-out part holds no collected task; a generator's draw may repeat some
-        extra = 0 if sources()[(domain, source)].finite else len(seen)
-        drawn = load_tasks(domain, e.tasks_per_domain + extra, seed=e.seed, source=source, part="held_out")
-        kept = [t for t in drawn if t.task_id not in seen][: e.tasks_per_domain]
-        if len(kept) < e.tasks_per_domain:
-            log.warning("%s: only %d held-out tasks that the collection does not use (asked for %d)", domain, len(kept), e.tasks_per_domain)
-        tasks.extend(kept)
-    return tasks
+    source = c.source(domain)
+    seen = {t.task_id for t in load_tasks(domain, c.tasks_per_domain, seed=c.seed, source=source, part="collect")}
+    # a finite source's held-out part holds no collected task; a generator's draw may repeat some
+    extra = 0 if sources()[(domain, source)].finite else len(seen)
+    drawn = load_tasks(domain, e.tasks_per_domain + extra, seed=e.seed, source=source, part="held_out")
+    kept = [t for t in drawn if t.task_id not in seen][: e.tasks_per_domain]
+    if warn and len(kept) < e.tasks_per_domain:
+        log.warning("%s: only %d held-out tasks that the collection does not use (asked for %d)", domain, len(kept), e.tasks_per_domain)
+    return kept
 
 
 @dataclass
@@ -239,18 +252,9 @@ def build_pool(
     from orchrm.execution.collect import map_chunks, uses_llm
     from orchrm.util.progress import progress_bar
 
-    e = config.evaluate
     explicit = tasks
-    tasks = list(held_out_tasks(config) if tasks is None else tasks)
-    if not tasks:
-        raise ConfigError("no held-out tasks to build a pool from: raise evaluate.tasks_per_domain")
-    missing_reference = [t.task_id for t in tasks if t.reference is None]
-    if missing_reference:
-        raise DataQualityError(
-            f"task(s) {missing_reference[:5]} have no reference: a candidate's quality cannot be measured; evaluate on "
-            "tasks with a reference"
-        )
-    kwargs = dict(candidates=e.candidates, seed=e.seed, pool_seeds=tuple(e.pool_seeds), repeats=e.repeats, noise=config.sandbox)
+    tasks = _checked_tasks(held_out_tasks(config) if tasks is None else tasks)
+    kwargs = _rows_kwargs(config)
     workers = workers or config.collect.workers or os.cpu_count() or 1
     chunk = max(1, min(8, len(tasks) // (workers * 4) or 1))
     chunks = [tasks[i : i + chunk] for i in range(0, len(tasks), chunk)]
@@ -279,17 +283,97 @@ def build_pool(
                 ) from None
     finally:
         bar.close()
-    frame = pd.DataFrame([r for rows in results for r in rows], columns=list(POOL_COLUMNS))
+    return _sandbox_pool([r for rows in results for r in rows], _sandbox_meta(config, tasks, explicit=explicit is not None))
+
+
+def _checked_tasks(tasks: Sequence[Any]) -> list[Any]:
+    """``tasks`` as a list; an error when there are none, or when one has no reference."""
+    tasks = list(tasks)
+    if not tasks:
+        raise ConfigError("no held-out tasks to build a pool from: raise evaluate.tasks_per_domain")
+    missing_reference = [t.task_id for t in tasks if t.reference is None]
+    if missing_reference:
+        raise DataQualityError(
+            f"task(s) {missing_reference[:5]} have no reference: a candidate's quality cannot be measured; evaluate on "
+            "tasks with a reference"
+        )
+    return tasks
+
+
+def _rows_kwargs(config: PipelineConfig) -> dict[str, Any]:
+    """The settings :func:`_pool_rows` reads from ``config`` (but the backend)."""
+    e = config.evaluate
+    return dict(candidates=e.candidates, seed=e.seed, pool_seeds=tuple(e.pool_seeds), repeats=e.repeats, noise=config.sandbox)
+
+
+def _sandbox_meta(config: PipelineConfig, tasks: Sequence[Any], *, explicit: bool) -> dict[str, Any]:
+    """The :attr:`CandidatePool.meta` of a sandbox pool of ``tasks`` (``explicit``: given by the
+    caller rather than :func:`held_out_tasks`)."""
+    from orchrm.execution.collect import uses_llm
+
+    e = config.evaluate
     # the domains the pool must cover: the collected ones (the gate pool_domains fails on one without a task)
-    domains = sorted(set(config.collect.domains) if explicit is None else {t.domain for t in tasks})
+    domains = sorted({t.domain for t in tasks} if explicit else set(config.collect.domains))
     meta = {"kind": "sandbox", "seed": e.seed, "candidates": e.candidates, "pool_seeds": list(e.pool_seeds),
             "repeats": e.repeats, "tasks": len(tasks), "sampler": "base", "domains": domains}
     if uses_llm(config.backend):
         meta["backend"] = {"kind": config.backend.kind, "model": config.backend.model}
-    short = frame.groupby("task_id").size().lt(e.candidates * len(e.pool_seeds))
+    return meta
+
+
+def _sandbox_pool(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> CandidatePool:
+    """The pool of ``rows`` (:func:`_pool_rows`' dicts) and ``meta``; a warning naming the tasks
+    short of candidates."""
+    frame = pd.DataFrame(list(rows), columns=list(POOL_COLUMNS))
+    frame = frame.astype({c: "float64" for c in _FLOAT_COLUMNS})
+    short = frame.groupby("task_id").size().lt(meta["candidates"] * len(meta["pool_seeds"]))
     if short.any():
-        log.warning("%d task(s) have fewer than %d distinct candidate plans", int(short.sum()), e.candidates)
-    return CandidatePool(frame, meta)
+        log.warning("%d task(s) have fewer than %d distinct candidate plans", int(short.sum()), meta["candidates"])
+    return CandidatePool(frame, dict(meta))
+
+
+# ---------------------------------------------------------------------------------------------
+# the sandbox pool in chunks (a task runner spreads them; issue 23)
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """The sandbox pool of a config cut into chunks of its held-out tasks (every one once, in
+    :func:`held_out_tasks`' order) and the :attr:`CandidatePool.meta` the pool will carry."""
+
+    chunks: tuple[TaskChunk, ...]
+    meta: Mapping[str, Any]
+
+
+def plan_pool(config: PipelineConfig) -> PoolPlan:
+    """The chunks of :func:`build_pool` ``(config)``: its held-out tasks cut by
+    :func:`orchrm.execution.collect.chunk_tasks` into chunks of at most ``collect.chunk_tasks``.
+    The chunks' rows (:func:`pool_chunk`), combined by :func:`combine_pool`, are the pool
+    :func:`build_pool` returns (the same rows in the same order), whatever the chunk size."""
+    from orchrm.execution.collect import chunk_tasks
+
+    tasks = _checked_tasks(held_out_tasks(config))
+    return PoolPlan(chunks=tuple(chunk_tasks(tasks, config.collect.chunk_tasks)), meta=_sandbox_meta(config, tasks, explicit=False))
+
+
+def pool_chunk(chunk: TaskChunk, config: PipelineConfig) -> ChunkRows:
+    """Build one chunk of :func:`plan_pool` ``(config)`` in this process (no worker processes) and
+    return its pool rows as data. Its tasks are drawn again from ``config``, by id."""
+    from orchrm.execution.collect import ChunkRows, tasks_of, uses_llm
+
+    tasks = tasks_of(chunk, held_out_domain_tasks(config, chunk.domain, warn=False))
+    started, t0 = datetime.now(UTC), time.perf_counter()
+    backend = {"backend": config.backend} if uses_llm(config.backend) else {}
+    rows = _pool_rows(tasks, **_rows_kwargs(config), **backend)
+    return ChunkRows.of(chunk.index, rows, POOL_COLUMNS, started=started, seconds=time.perf_counter() - t0)
+
+
+def combine_pool(plan: PoolPlan, chunks: Sequence[ChunkRows]) -> CandidatePool:
+    """The candidate pool of ``plan`` from the rows of its ``chunks`` (one per chunk, in any order)."""
+    from orchrm.execution.collect import in_plan_order
+
+    ordered = in_plan_order(plan.chunks, chunks, what="evaluation pool")
+    return _sandbox_pool([row for c in ordered for row in c.records()], plan.meta)
 
 
 

@@ -9,6 +9,13 @@ Parallel across tasks with worker processes, deterministic for a seed: every tas
 every execution are seeded from ``(seed, task_id, plan_id)``, so the table does not depend on
 the number of workers or the order in which they finish.
 
+The same collection also runs in chunks, for a task runner to spread (issue 23):
+:func:`plan_collection` cuts a config's tasks into chunks (:class:`TaskChunk`), :func:`collect_chunk`
+runs one in the calling process and returns its rows as data (:class:`ChunkRows`, JSON-ready:
+the machine that runs a chunk shares no disk with the one that plans it), and
+:func:`combine_collection` puts the chunks' rows together into the table
+:func:`collect_from_config` returns.
+
 >>> df = collect(domains=["math"], tasks_per_domain=5, plans_per_task=4, seed=0)  # doctest: +SKIP
 >>> prefixes = collect(domains=["math"], tasks_per_domain=5, mode="branch", branches=16)  # doctest: +SKIP
 """
@@ -20,7 +27,9 @@ import logging
 import math
 import os
 import random
+import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -29,11 +38,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from orchrm.config import BackendConfig, CollectConfig
-from orchrm.data.tables import artifacts_frame, check_output_table, write_table
+from orchrm.data.tables import ARTIFACT_COLUMNS, artifacts_frame, check_output_table, write_table
 from orchrm.errors import CollectionError, ConfigError, TaskError
 from orchrm.execution.executor import MultiAgentExecutor
 from orchrm.execution.samplers import get_sampler
@@ -331,6 +341,29 @@ def collection_run_id(
     return stable_id("collect", *parts)
 
 
+def check_settings(*, mode: str, stop_after_depth: int | None, branches: int, branch_depth: int, repeats: int) -> None:
+    """Refuse a collection mode, stop depth, branching or repeat count that cannot run, with the fix."""
+    if mode not in MODES:
+        raise ConfigError(f"collection mode {mode!r} is unknown; use one of {', '.join(MODES)}")
+    if mode == "branch":
+        if stop_after_depth is not None:
+            raise ConfigError("stop_after_depth is for mode='full'; the branch mode stops every plan itself: set branch_depth")
+        if branches < 2 or branch_depth < 0:
+            raise ConfigError(f"branch mode needs branches >= 2 (got {branches}) and branch_depth >= 0 (got {branch_depth})")
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ConfigError(f"repeats must be a whole number >= 1 (executions of every plan), got {repeats!r}")
+
+
+def refuse_repeated(tasks: Sequence[Task]) -> None:
+    """Refuse a task id given twice (its artifacts would share ids)."""
+    repeated = sorted(task_id for task_id, n in Counter(t.task_id for t in tasks).items() if n > 1)
+    if repeated:
+        raise TaskError(
+            f"task id(s) {', '.join(map(repr, repeated))} given more than once: their artifacts would share ids; "
+            "pass each task once"
+        )
+
+
 def collect(
     domains: Sequence[str] = ("math", "code", "multihop", "webqa"),
     tasks_per_domain: int = 50,
@@ -370,25 +403,12 @@ def collect(
     refused (its artifacts would share ids). ``workers`` defaults to the number of CPU cores;
     small jobs run in this process.
     """
-    if mode not in MODES:
-        raise ConfigError(f"collection mode {mode!r} is unknown; use one of {', '.join(MODES)}")
-    if mode == "branch":
-        if stop_after_depth is not None:
-            raise ConfigError("stop_after_depth is for mode='full'; the branch mode stops every plan itself: set branch_depth")
-        if branches < 2 or branch_depth < 0:
-            raise ConfigError(f"branch mode needs branches >= 2 (got {branches}) and branch_depth >= 0 (got {branch_depth})")
-    if not (isinstance(repeats, int) and repeats >= 1):
-        raise ConfigError(f"repeats must be a whole number >= 1 (executions of every plan), got {repeats!r}")
+    check_settings(mode=mode, stop_after_depth=stop_after_depth, branches=branches, branch_depth=branch_depth, repeats=repeats)
     shares = dict(orchestrators or {"base": 0.5, "specialized": 0.5})
     if tasks is None:
         tasks = load_domain_tasks(domains, tasks_per_domain, seed, source)
     tasks = list(tasks)
-    repeated = sorted(task_id for task_id, n in Counter(t.task_id for t in tasks).items() if n > 1)
-    if repeated:
-        raise TaskError(
-            f"task id(s) {', '.join(map(repr, repeated))} given more than once: their artifacts would share ids; "
-            "pass each task once"
-        )
+    refuse_repeated(tasks)
     run_id = collection_run_id(
         seed, plans_per_task, shares, [t.task_id for t in tasks], noise, branches=branches if mode == "branch" else None,
         backend=backend,
@@ -443,6 +463,175 @@ def collect_from_config(
         progress=progress,
         backend=backend,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# the collection in chunks (a task runner spreads them; issue 23)
+
+
+@dataclass(frozen=True)
+class TaskChunk:
+    """A contiguous slice of one domain's tasks: what one mapped task run executes. ``index`` is
+    its place in its plan: the table is the chunks' rows in index order."""
+
+    index: int
+    domain: str
+    task_ids: tuple[str, ...]
+
+
+def _plain(value: Any) -> Any:
+    """A row value as JSON holds it: NaN as null (JSON has no NaN)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+@dataclass(frozen=True)
+class ChunkRows:
+    """The rows one chunk produced, as data: a machine that runs a chunk shares no disk with the
+    one that combines them, and Prefect persists this as JSON. ``rows[i][j]`` is the value of
+    column ``columns[j]`` in row ``i`` (NaN stored as null). ``worker`` (``host:pid``),
+    ``started_at`` (ISO 8601, UTC) and ``seconds`` say where, when and for how long it ran."""
+
+    index: int
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    worker: str
+    started_at: str
+    seconds: float
+
+    @classmethod
+    def of(cls, index: int, rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, started: datetime,
+           seconds: float) -> ChunkRows:
+        """``rows`` (dicts; a key a row lacks is null) of chunk ``index``, run in this process."""
+        return cls(index=index, columns=tuple(columns), rows=tuple(tuple(_plain(r.get(c)) for c in columns) for r in rows),
+                   worker=f"{socket.gethostname()}:{os.getpid()}", started_at=started.isoformat(), seconds=round(seconds, 3))
+
+    def records(self) -> list[dict[str, Any]]:
+        """The rows as dicts, column name to value."""
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+def even_parts(n: int, size: int) -> list[int]:
+    """The lengths of the fewest contiguous parts of at most ``size`` that ``n`` items cut into,
+    as near equal as they go (the longer ones first).
+
+    >>> even_parts(10, 4), even_parts(8, 4), even_parts(3, 16)
+    ([4, 3, 3], [4, 4], [3])
+    """
+    k = max(1, math.ceil(n / size))
+    return [n // k + (1 if i < n % k else 0) for i in range(k)] if n else []
+
+
+def chunk_tasks(tasks: Sequence[Task], size: int) -> list[TaskChunk]:
+    """``tasks`` cut into chunks in their order: each run of one domain's tasks into the fewest
+    contiguous, near-equal chunks of at most ``size`` (:func:`even_parts`), so a chunk never mixes
+    domains (its worker loads one domain's tasks) and no chunk is a small remainder.
+
+    >>> tasks = [Task(f"m{i}", "math", "q") for i in range(5)] + [Task("c0", "code", "q")]
+    >>> [(c.index, c.domain, c.task_ids) for c in chunk_tasks(tasks, 2)]  # doctest: +NORMALIZE_WHITESPACE
+    [(0, 'math', ('m0', 'm1')), (1, 'math', ('m2', 'm3')), (2, 'math', ('m4',)), (3, 'code', ('c0',))]
+    """
+    if size < 1:
+        raise ConfigError(f"chunks hold at least one task; got a chunk size of {size} (collect.chunk_tasks)")
+    chunks: list[TaskChunk] = []
+    for domain, run in itertools.groupby(tasks, key=lambda t: t.domain):
+        ids = [t.task_id for t in run]
+        start = 0
+        for length in even_parts(len(ids), size):
+            chunks.append(TaskChunk(index=len(chunks), domain=domain, task_ids=tuple(ids[start : start + length])))
+            start += length
+    return chunks
+
+
+def tasks_of(chunk: TaskChunk, tasks: Sequence[Task]) -> list[Task]:
+    """The tasks of ``chunk``, in its order, from ``tasks`` (the domain's tasks as the config gives
+    them in this process); an error when some are not there: the planner and this process load
+    different tasks."""
+    by_id = {t.task_id: t for t in tasks}
+    missing = [i for i in chunk.task_ids if i not in by_id]
+    if missing:
+        raise CollectionError(
+            f"chunk {chunk.index} ({chunk.domain}): task(s) {', '.join(map(repr, missing[:5]))} are not among the tasks "
+            "the config gives in this process: the flow that planned the chunks and the worker that runs them load "
+            "different tasks. Run both from the same version of orchrm and the same data sets ($ORCHRM_DATA_DIR)"
+        )
+    return [by_id[i] for i in chunk.task_ids]
+
+
+def in_plan_order(planned: Sequence[TaskChunk], results: Sequence[ChunkRows], *, what: str) -> list[ChunkRows]:
+    """``results`` sorted by chunk index; an error naming the chunks missing or given twice."""
+    got = Counter(r.index for r in results)
+    missing = [c.index for c in planned if c.index not in got]
+    extra = sorted(i for i, n in got.items() if n > 1 or i not in {c.index for c in planned})
+    if missing or extra:
+        raise CollectionError(
+            f"the {what} has {len(planned)} chunks; the results lack chunk(s) {missing} and hold unplanned or repeated "
+            f"chunk(s) {extra}: combine the results of exactly the chunks of one plan"
+        )
+    return sorted(results, key=lambda r: r.index)
+
+
+@dataclass(frozen=True)
+class CollectionPlan:
+    """A collection cut into chunks: its ``run_id`` (artifact ids derive from it) and its chunks,
+    which hold every task of the config once, in the order :func:`collect` runs them."""
+
+    run_id: str
+    chunks: tuple[TaskChunk, ...]
+
+    @property
+    def tasks(self) -> int:
+        return sum(len(c.task_ids) for c in self.chunks)
+
+
+#: the columns of a collection chunk's rows: every artifact column but ``created_at``, which
+#: :func:`combine_collection` sets (one time for the whole table)
+CHUNK_COLUMNS: tuple[str, ...] = tuple(c for c in ARTIFACT_COLUMNS if c != "created_at")
+
+
+def plan_collection(config: CollectConfig, noise: NoiseConfig | None = None, *, backend: BackendConfig | None = None) -> CollectionPlan:
+    """The chunks of :func:`collect_from_config` ``(config, noise, backend=backend)``: its tasks cut
+    by :func:`chunk_tasks` into chunks of at most ``config.chunk_tasks``, and its run id.
+
+    Deterministic for its arguments, so the process that plans and the ones that run the chunks
+    agree on every task and seed; the chunks' rows (:func:`collect_chunk`), combined by
+    :func:`combine_collection`, are the table :func:`collect_from_config` returns (the same rows,
+    ids and order), whatever the chunk size."""
+    check_settings(mode=config.mode, stop_after_depth=None, branches=config.branches, branch_depth=config.branch_depth,
+                   repeats=config.repeats)
+    tasks = load_domain_tasks(config.domains, config.tasks_per_domain, config.seed, dict(config.sources) or None)
+    refuse_repeated(tasks)
+    run_id = collection_run_id(
+        config.seed, config.plans_per_task, dict(config.orchestrators), [t.task_id for t in tasks], noise,
+        branches=config.branches if config.mode == "branch" else None, backend=backend,
+    )
+    return CollectionPlan(run_id=run_id, chunks=tuple(chunk_tasks(tasks, config.chunk_tasks)))
+
+
+def collect_chunk(
+    chunk: TaskChunk, config: CollectConfig, noise: NoiseConfig | None = None, *, run_id: str, backend: BackendConfig | None = None
+) -> ChunkRows:
+    """Run one chunk of :func:`plan_collection` ``(config, noise, backend=backend)`` in this process
+    (no worker processes: whoever runs the chunks in parallel, a Dask worker say, is the
+    parallelism) and return its rows as data, without ``created_at``. Its tasks are loaded again
+    from ``config``, by id; ``run_id`` is the plan's."""
+    domain_tasks = load_tasks(chunk.domain, config.tasks_per_domain, seed=config.seed, source=config.source(chunk.domain), part="collect")
+    tasks = tasks_of(chunk, domain_tasks)
+    started, t0 = datetime.now(UTC), time.perf_counter()
+    rows = run_tasks(
+        tasks, plans_per_task=config.plans_per_task, seed=config.seed, shares=dict(config.orchestrators), run_id=run_id,
+        created_at=started, noise=noise, mode=config.mode, branches=config.branches, branch_depth=config.branch_depth,
+        repeats=config.repeats, backend=backend if uses_llm(backend) else None,
+    )
+    return ChunkRows.of(chunk.index, rows, CHUNK_COLUMNS, started=started, seconds=time.perf_counter() - t0)
+
+
+def combine_collection(plan: CollectionPlan, chunks: Sequence[ChunkRows]) -> pd.DataFrame:
+    """The artifact table of ``plan``: the rows of its ``chunks`` (one :class:`ChunkRows` per
+    chunk, in any order) in chunk order, every row's ``created_at`` the time the first chunk
+    started (the collection run's time)."""
+    ordered = in_plan_order(plan.chunks, chunks, what="collection")
+    created_at = min((datetime.fromisoformat(c.started_at) for c in ordered), default=datetime.now(UTC))
+    return artifacts_frame([{**row, "created_at": created_at} for c in ordered for row in c.records()])
 
 
 def collect_to_file(out: str | os.PathLike, **kwargs) -> pd.DataFrame:

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import yaml
@@ -55,6 +55,12 @@ from orchrm.errors import (
 )
 from orchrm.evaluation.gates import Verdict
 from orchrm.util.digests import file_digest
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from orchrm.evaluation.pool import PoolPlan
+    from orchrm.execution.collect import ChunkRows, CollectionPlan, TaskChunk
 
 TRACE_SUFFIXES = (".jsonl", ".parquet")
 
@@ -430,6 +436,36 @@ def collect_stage(
     return Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()), origin="sandbox")
 
 
+def collect_chunk_stage(
+    chunk: TaskChunk,
+    collect: CollectConfig,
+    sandbox: NoiseConfig,
+    *,
+    run_id: str,
+    code_version: str,
+    backend: BackendConfig | None = None,
+) -> ChunkRows:
+    """One chunk of the collection (:func:`orchrm.execution.collect.plan_collection`), run in this
+    process; its rows come back as data, never as a path (the machine running it shares no disk
+    with the flow's). ``code_version`` changes nothing here: it is an input because the flows
+    cache each chunk on its inputs, and a change of the code must miss that cache."""
+    from orchrm.execution.collect import collect_chunk
+
+    return collect_chunk(chunk, collect, sandbox, run_id=run_id, backend=backend)
+
+
+def combine_collect_stage(plan: CollectionPlan, chunks: Sequence[ChunkRows], *, out_dir: str | os.PathLike) -> Artifacts:
+    """The chunks' rows as the artifact table of :func:`collect_stage` (the same rows, ids and
+    order: :func:`orchrm.execution.collect.combine_collection`), written to
+    ``out_dir/artifacts.parquet``, the run's folder."""
+    from orchrm.data.tables import write_table
+    from orchrm.execution.collect import combine_collection
+
+    df = combine_collection(plan, chunks)
+    path = write_table(df, Path(out_dir) / "artifacts.parquet")
+    return Artifacts(path=path, rows=len(df), tasks=int(df.task_id.nunique()), origin="sandbox")
+
+
 def _log_validation(config: PipelineConfig, report, *, run_id: str, name: str) -> None:
     from orchrm.ops import tracking
 
@@ -729,6 +765,44 @@ def pool_stage(
     pool.save(path)
     frame = pool.frame
     return Pool(path=path, rows=len(frame), tasks=pool.tasks, seed=evaluate.seed, kind=str(pool.meta["kind"]), source=source)
+
+
+def _pool_config(evaluate: EvaluateConfig, collect: CollectConfig, sandbox: NoiseConfig, backend: BackendConfig | None) -> PipelineConfig:
+    return PipelineConfig(collect=collect, sandbox=sandbox, evaluate=evaluate, **({"backend": backend} if backend is not None else {}))
+
+
+def plan_pool_stage(evaluate: EvaluateConfig, collect: CollectConfig, sandbox: NoiseConfig, *, backend: BackendConfig | None = None) -> PoolPlan:
+    """The chunks of the sandbox pool of :func:`pool_stage` (without ``replay``):
+    :func:`orchrm.evaluation.pool.plan_pool`."""
+    from orchrm.evaluation.pool import plan_pool
+
+    return plan_pool(_pool_config(evaluate, collect, sandbox, backend))
+
+
+def pool_chunk_stage(
+    chunk: TaskChunk,
+    evaluate: EvaluateConfig,
+    collect: CollectConfig,
+    sandbox: NoiseConfig,
+    *,
+    code_version: str,
+    backend: BackendConfig | None = None,
+) -> ChunkRows:
+    """One chunk of the sandbox pool (:func:`plan_pool_stage`), built in this process; its rows
+    come back as data. ``code_version``: as for :func:`collect_chunk_stage`, a cache input only."""
+    from orchrm.evaluation.pool import pool_chunk
+
+    return pool_chunk(chunk, _pool_config(evaluate, collect, sandbox, backend))
+
+
+def combine_pool_stage(plan: PoolPlan, chunks: Sequence[ChunkRows], *, out_dir: str | os.PathLike) -> Pool:
+    """The chunks' rows as the sandbox pool of :func:`pool_stage` (the same rows in the same order:
+    :func:`orchrm.evaluation.pool.combine_pool`), written to ``out_dir/pool.parquet``, the run's folder."""
+    from orchrm.evaluation.pool import combine_pool
+
+    pool = combine_pool(plan, chunks)
+    path = pool.save(Path(out_dir) / "pool.parquet")
+    return Pool(path=path, rows=len(pool.frame), tasks=pool.tasks, seed=int(pool.meta["seed"]), kind="sandbox", source="sandbox")
 
 
 def evaluate_stage(

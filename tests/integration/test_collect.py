@@ -153,6 +153,61 @@ def test_collect_from_config_runs_every_setting_of_the_config():
                                   direct.drop(columns="created_at"))
 
 
+@pytest.mark.parametrize("settings", [
+    {"tasks_per_domain": 5, "plans_per_task": 3, "chunk_tasks": 2},
+    {"tasks_per_domain": 3, "plans_per_task": 2, "repeats": 2, "chunk_tasks": 16},
+    {"tasks_per_domain": 3, "mode": "branch", "branches": 3, "branch_depth": 1, "chunk_tasks": 1},
+], ids=["chunks-of-2", "repeats-one-chunk-per-domain", "branch-mode-chunks-of-1"])
+def test_the_collection_in_chunks_is_the_collection(settings):
+    """What the flows map over chunks (plan, one chunk per call, its rows as JSON data, combine)
+    gives the table of the collection in one call: the same rows, ids and order."""
+    import json
+    from dataclasses import asdict
+
+    from orchrm.config import CollectConfig
+    from orchrm.execution.collect import (
+        ChunkRows,
+        collect_chunk,
+        collect_from_config,
+        combine_collection,
+        plan_collection,
+    )
+
+    cfg = CollectConfig(domains=("math", "code", "webqa"), seed=3, workers=1, **settings)
+    whole = collect_from_config(cfg, progress=False)
+    plan = plan_collection(cfg)
+    assert [c.domain for c in plan.chunks] == sorted((c.domain for c in plan.chunks), key=cfg.domains.index)
+    assert plan.tasks == 3 * cfg.tasks_per_domain and max(len(c.task_ids) for c in plan.chunks) <= cfg.chunk_tasks
+    # each chunk as a worker hands it back: JSON, no path; in any order
+    shipped = [ChunkRows(**json.loads(json.dumps(asdict(collect_chunk(c, cfg, run_id=plan.run_id))))) for c in reversed(plan.chunks)]
+    combined = combine_collection(plan, shipped)
+    pd.testing.assert_frame_equal(combined.drop(columns="created_at"), whole.drop(columns="created_at"))
+    assert combined.created_at.nunique() == 1 and combined.created_at.dtype == whole.created_at.dtype
+    assert combined.run_id.iloc[0] == plan.run_id
+
+
+def test_chunks_never_mix_domains_and_are_near_equal():
+    from orchrm.execution.collect import chunk_tasks, even_parts
+    from orchrm.execution.tasks.base import Task
+
+    assert even_parts(10, 4) == [4, 3, 3] and even_parts(8, 4) == [4, 4] and even_parts(3, 16) == [3] and even_parts(0, 4) == []
+    tasks = [Task(f"m{i}", "math", "q") for i in range(5)] + [Task("c0", "code", "q")]
+    assert [(c.index, c.domain, c.task_ids) for c in chunk_tasks(tasks, 2)] == [
+        (0, "math", ("m0", "m1")), (1, "math", ("m2", "m3")), (2, "math", ("m4",)), (3, "code", ("c0",))]
+    with pytest.raises(ConfigError, match="at least one task"):
+        chunk_tasks(tasks, 0)
+
+
+def test_a_chunk_whose_tasks_this_process_does_not_load_says_so():
+    from orchrm.config import CollectConfig
+    from orchrm.errors import CollectionError
+    from orchrm.execution.collect import TaskChunk, collect_chunk
+
+    cfg = CollectConfig(domains=("math",), tasks_per_domain=2, workers=1)
+    with pytest.raises(CollectionError, match=r"task\(s\) 'not-a-task' are not among the tasks .* same version of orchrm and the same data sets"):
+        collect_chunk(TaskChunk(0, "math", ("not-a-task",)), cfg, run_id="r")
+
+
 def test_repeats_must_be_a_whole_number_at_least_one():
     with pytest.raises(ConfigError, match="repeats must be a whole number >= 1"):
         collect(domains=["math"], tasks_per_domain=1, plans_per_task=2, repeats=0, workers=1, progress=False)

@@ -353,6 +353,33 @@ def test_build_pool_is_deterministic_and_each_pool_seed_orders_the_same_candidat
     assert loaded.meta == pool.meta and loaded.meta["repeats"] == 2
 
 
+def test_the_pool_built_in_chunks_is_the_pool_built_in_one_call(small_pool_config):
+    """What the flows map over chunks (plan, one chunk per call, combine) gives the rows, order and
+    meta of build_pool, whatever the chunk size and the order the chunks come back in."""
+    from orchrm.evaluation.pool import combine_pool, plan_pool, pool_chunk
+
+    whole = build_pool(small_pool_config, progress=False, workers=1)
+    for size in (1, 16):
+        config = small_pool_config.model_copy(update={"collect": small_pool_config.collect.model_copy(update={"chunk_tasks": size})})
+        plan = plan_pool(config)
+        assert len(plan.chunks) == {1: 2, 16: 1}[size] and sum(len(c.task_ids) for c in plan.chunks) == 2
+        chunks = [pool_chunk(c, config) for c in reversed(plan.chunks)]
+        combined = combine_pool(plan, chunks)
+        pd.testing.assert_frame_equal(combined.frame, whole.frame)
+        assert combined.meta == whole.meta
+
+
+def test_a_pool_missing_a_chunk_is_refused_with_the_chunks_named(small_pool_config):
+    from orchrm.errors import CollectionError
+    from orchrm.evaluation.pool import combine_pool, plan_pool, pool_chunk
+
+    config = small_pool_config.model_copy(update={"collect": small_pool_config.collect.model_copy(update={"chunk_tasks": 1})})
+    plan = plan_pool(config)
+    first = pool_chunk(plan.chunks[0], config)
+    with pytest.raises(CollectionError, match=r"2 chunks; the results lack chunk\(s\) \[1\] and hold unplanned or repeated chunk\(s\) \[0\]"):
+        combine_pool(plan, [first, first])
+
+
 # --------------------------------------------------------------------------------------------
 # what MLflow records of an evaluation: curves over N, the data set behind each figure, the pool's digest
 
