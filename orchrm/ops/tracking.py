@@ -585,17 +585,18 @@ def download_run_artifact(config: PipelineConfig, run_id: str, artifact_path: st
 
 
 def download_artifact_uri(artifact_uri: str, dst_dir: Path) -> Path:
-    """Download the MLflow artifact ``artifact_uri`` (``runs:/<run>/<path>`` and the like, through
-    ``MLFLOW_TRACKING_URI``'s server) into ``dst_dir``; :class:`RegistryError` when it is not there."""
+    """Download the MLflow artifact ``artifact_uri`` (``runs:/<run>/<path>`` and the like) into
+    ``dst_dir`` from the store at ``MLFLOW_TRACKING_URI`` (else the process's tracking URI);
+    :class:`RegistryError` when it is not there."""
     import mlflow
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
-    uri = mlflow.get_tracking_uri()
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow.get_tracking_uri()
     dst_dir.mkdir(parents=True, exist_ok=True)
     try:
-        local = with_server_retries(uri, lambda: mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=str(dst_dir)),
-                                    f"downloading {artifact_uri}")
+        local = with_server_retries(uri, lambda: mlflow.artifacts.download_artifacts(
+            artifact_uri=artifact_uri, dst_path=str(dst_dir), tracking_uri=uri), f"downloading {artifact_uri}")
     except (MlflowException, OSError) as exc:
         raise RegistryError(f"cannot download {artifact_uri} from the tracking store at {uri} ({type(exc).__name__}: {exc}); "
                             "check MLFLOW_TRACKING_URI and the run id") from None

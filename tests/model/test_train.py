@@ -534,11 +534,15 @@ def test_cli_train_writes_model_and_result(small_pairs, tmp_path, capsys):
 
 def test_cli_train_downloads_pairs_and_config_given_as_mlflow_artifact_uris(small_pairs, tmp_path, monkeypatch, capsys):
     """What another torchrun node runs: the run's files from the tracking store, no shared disk."""
+    import mlflow
     from mlflow import MlflowClient
 
     from orchrm import load_reward_model
     from orchrm.data.tables import write_table
 
+    # another store set in this process earlier (as other tests do): the environment's is the one read
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'elsewhere.db'}")
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     c = MlflowClient(tracking_uri=store)
@@ -556,6 +560,7 @@ def test_cli_train_downloads_pairs_and_config_given_as_mlflow_artifact_uris(smal
     assert load_reward_model(out).config.hidden_dim == 32  # and its model
     assert cli_main(["train", "--pairs", f"runs:/{run}/pairs/missing.parquet", "--out", str(tmp_path / "other")]) == 2
     assert "cannot download runs:/" in capsys.readouterr().err
+    mlflow.set_tracking_uri(previous)
 
 
 def test_cli_train_never_replaces_a_model_unasked_and_checks_out_before_training(small_pairs, tmp_path, capsys):
