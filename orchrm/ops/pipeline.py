@@ -864,7 +864,8 @@ def champion_pairs(config: PipelineConfig, version: int, *, out_dir: Path) -> Pa
     parent = client.get_run(run_id).data.tags.get("mlflow.parentRunId")
     tags = client.get_run(parent).data.tags if parent else {}
     if tags.get(tracking.PAIRS_RUN_TAG):
-        path = tracking.download_run_artifact(config, tags[tracking.PAIRS_RUN_TAG], tracking.PAIRS_ARTIFACT, out_dir / "champion-pairs")
+        path = tracking.download_artifact_uri(f"runs:/{tags[tracking.PAIRS_RUN_TAG]}/{tracking.PAIRS_ARTIFACT}", out_dir / "champion-pairs",
+                                              uri=tracking.tracking_uri(config))
     else:
         path = Path(tags["orchrm.run_dir"]) / "pairs.parquet" if tags.get("orchrm.run_dir") else None
         if path is None or not path.is_file():

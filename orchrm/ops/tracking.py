@@ -567,32 +567,16 @@ def has_artifact(config: PipelineConfig, run_id: str, artifact_path: str) -> boo
     return any(f.path == artifact_path for f in listed)
 
 
-def download_run_artifact(config: PipelineConfig, run_id: str, artifact_path: str, dst_dir: Path) -> Path:
-    """Download the artifact ``artifact_path`` of ``run_id`` into ``dst_dir`` (through the
-    tracking server's artifact proxy, or the store's folder); returns the local file.
-    :class:`RegistryError` when the run has no such artifact."""
-    import mlflow.artifacts
-    from mlflow.exceptions import MlflowException
-
-    uri = tracking_uri(config)
-    dst_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        local = with_server_retries(uri, lambda: mlflow.artifacts.download_artifacts(
-            run_id=run_id, artifact_path=artifact_path, dst_path=str(dst_dir), tracking_uri=uri), f"downloading {artifact_path} of run {run_id}")
-    except (MlflowException, OSError) as exc:
-        raise RegistryError(f"run {run_id} has no artifact {artifact_path} in the tracking store at {uri} ({type(exc).__name__}: {exc})") from None
-    return Path(local)
-
-
-def download_artifact_uri(artifact_uri: str, dst_dir: Path) -> Path:
+def download_artifact_uri(artifact_uri: str, dst_dir: Path, *, uri: str | None = None) -> Path:
     """Download the MLflow artifact ``artifact_uri`` (``runs:/<run>/<path>`` and the like) into
-    ``dst_dir`` from the store at ``MLFLOW_TRACKING_URI`` (else the process's tracking URI);
-    :class:`RegistryError` when it is not there."""
+    ``dst_dir`` (through a tracking server's artifact proxy, or the store's folder) from the store
+    ``uri``, by default ``MLFLOW_TRACKING_URI`` (else the process's tracking URI); returns the
+    local file. :class:`RegistryError` when it is not there."""
     import mlflow
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow.get_tracking_uri()
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or mlflow.get_tracking_uri()
     dst_dir.mkdir(parents=True, exist_ok=True)
     try:
         local = with_server_retries(uri, lambda: mlflow.artifacts.download_artifacts(
