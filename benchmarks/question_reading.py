@@ -16,7 +16,10 @@ paired difference own - swapped (the swap cost: what reading the question buys),
 tasks whose pick the swap changes, and the share of the random -> expected-oracle gap closed;
 beside them random, cost-only, length-only, the expected-quality oracle and "the plan best for
 another task": the expected-oracle plan of the swap partner, executed on this task ``--repeats``
-times (how much the sandbox rewards reading the question: oracle minus it).
+times (how much the sandbox rewards reading the question: oracle minus it). The oracle chooses
+on re-runs of its own (the pool's ``oracle_estimate``) and is scored on the others: chosen and
+scored on the same re-runs it looks better than it is (the winner's curse): ``in_sample_oracle``
+reports that overstated figure beside it.
 
 Beside the reward model, pairwise logistic regressions on question features crossed with plan
 features (:mod:`benchmarks.common.feature_baseline`) are fitted on the same pair table and read
@@ -210,13 +213,14 @@ def versus(ours: pd.DataFrame, theirs: pd.DataFrame, *, bootstrap: int, seed: in
 
 
 def references(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict[str, Any]]:
-    """Per domain and ``all``: the reference selectors and ``other_task_best`` [95% interval], and
-    the question's worth, expected oracle - other_task_best (paired)."""
+    """Per domain and ``all``: the reference selectors, ``in_sample_oracle`` (the best expected
+    quality of the candidates: chosen and scored on the same re-runs) and ``other_task_best`` [95%
+    interval], and the question's worth, expected oracle - other_task_best (paired)."""
     rows = []
     for domain, t in _by_domain(per_task):
         tasks = t["task_id"].to_numpy()
         row: dict[str, Any] = {"domain": domain, "tasks": len(t)}
-        for name in (*REFERENCES, "other_task_best"):
+        for name in (*REFERENCES, "in_sample_oracle", "other_task_best"):
             row[name] = _mean_ci(t[name].to_numpy(), tasks, bootstrap, seed)
         row["question_worth"] = _diff(t["expected_oracle"].to_numpy(), t["other_task_best"].to_numpy(), tasks, bootstrap, seed)
         rows.append(row)
@@ -235,7 +239,7 @@ def other_task_best(per_task: pd.DataFrame, frame: pd.DataFrame, partner: dict[s
     from orchrm.plans import Plan
     from orchrm.util.digests import stable_id
 
-    best = _pick_ids(frame, "expected_quality")
+    best = _pick_ids(frame, "oracle_estimate")  # the expected oracle's pick (its own re-runs)
     text_of = frame.drop_duplicates(["task_id", "plan_id"]).set_index(["task_id", "plan_id"])["plan_text"]
     tasks = {t.task_id: t for t in held_out_tasks(config) if t.task_id in set(per_task["task_id"])}
     ex = MultiAgentExecutor(noise=config.sandbox)
@@ -407,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     others = other_task_best(head, frame, partner, pool_config)
     head["other_task_best"] = head["task_id"].map(others)
+    head["in_sample_oracle"] = head["task_id"].map(frame.groupby("task_id")["expected_quality"].max())
     seconds["other_task_best"] = round(time.perf_counter() - t0, 1)
     per_task = {"reward_model": head}
     accuracy = {"reward_model": pairwise_accuracy(rm_scorer(fitted.model), pairs.frame)}

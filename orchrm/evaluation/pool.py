@@ -58,9 +58,14 @@ POOL_COLUMNS: tuple[str, ...] = (
     "cost",  # tier-weighted tokens of this execution
     "expected_quality",  # mean quality over the re-runs (DESIGN §4)
     "expected_cost",  # mean cost over the re-runs (the cost-only selector)
+    # mean quality over a second, independent set of re-runs: what the expected-quality oracle
+    # selects by, so its pick is scored (by expected_quality) on re-runs it never saw. Selecting
+    # and scoring on the same re-runs overstates the oracle (the winner's curse: among 8 noisy
+    # means the largest is lucky). Equal to expected_quality where there is no second set.
+    "oracle_estimate",
 )
 #: the float columns of :data:`POOL_COLUMNS` (float64 even where a value is missing)
-_FLOAT_COLUMNS = ("quality", "confidence", "cost", "expected_quality", "expected_cost")
+_FLOAT_COLUMNS = ("quality", "confidence", "cost", "expected_quality", "expected_cost", "oracle_estimate")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,9 +143,12 @@ def _pool_rows(
             runs[i] = per_seed
             if repeats:
                 reruns = [ex.run_plan(task, plan, seed=_seed_of("repeats", seed), repeat=r + 1) for r in range(repeats)]
-                stats.append((float(np.mean([r.quality or 0.0 for r in reruns])), float(np.mean([r.cost for r in reruns]))))
+                second = [ex.run_plan(task, plan, seed=_seed_of("oracle-repeats", seed), repeat=r + 1) for r in range(repeats)]
+                stats.append((float(np.mean([r.quality or 0.0 for r in reruns])), float(np.mean([r.cost for r in reruns])),
+                              float(np.mean([r.quality or 0.0 for r in second]))))
             else:  # no re-runs: the pool's own executions are the only estimate
-                stats.append((float(np.mean([x[0] for x in per_seed])), float(np.mean([x[4] for x in per_seed]))))
+                mean_quality = float(np.mean([x[0] for x in per_seed]))
+                stats.append((mean_quality, float(np.mean([x[4] for x in per_seed])), mean_quality))
         for j, s in enumerate(pool_seeds):
             for position, i in enumerate(candidate_order(seed, s, task.task_id, len(plans))):
                 quality, answer, confidence, tokens, cost = runs[i][j]
@@ -150,7 +158,7 @@ def _pool_rows(
                     "candidate": position, "plan_id": plans[i].plan_id, "plan_text": text, "plan_chars": len(text),
                     "answer": answer, "answer_key": answer_key(task.domain, answer), "quality": float(quality),
                     "confidence": float(confidence), "tokens": int(tokens), "cost": float(cost),
-                    "expected_quality": stats[i][0], "expected_cost": stats[i][1],
+                    "expected_quality": stats[i][0], "expected_cost": stats[i][1], "oracle_estimate": stats[i][2],
                 })
     return rows
 
@@ -189,6 +197,11 @@ class CandidatePool:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if "oracle_estimate" not in self.frame.columns and "expected_quality" in self.frame.columns:
+            # a pool saved before the oracle had its own re-runs: it selects on those that score it
+            log.warning("candidate pool has no oracle_estimate column (built by an older OrchRM): the expected "
+                        "oracle selects on the re-runs that score it and is overstated; rebuild the pool")
+            self.frame = self.frame.assign(oracle_estimate=self.frame["expected_quality"])
         missing = [c for c in POOL_COLUMNS if c not in self.frame.columns]
         if missing:
             raise DataQualityError(f"candidate pool lacks column(s) {missing}; build it with orchrm.evaluation.build_pool")
@@ -453,6 +466,8 @@ def _replay_rows(task_id: str, plans: Sequence[_ReplayPlan], *, seed: int, pool_
                 "answer": answer, "answer_key": answer_key(str(run["domain"]), answer), "quality": float(run["quality"]),
                 "confidence": float(run["confidence"]), "tokens": int(run["tokens"]), "cost": float(run["cost"]),
                 "expected_quality": plan.expected_quality, "expected_cost": plan.expected_cost,
+                # logged runs only: no independent second estimate
+                "oracle_estimate": plan.expected_quality,
             })
     return rows
 

@@ -69,7 +69,9 @@ def best_of_n_picks(frame: pd.DataFrame, n: int) -> pd.DataFrame:
     ``length_only`` (the longest plan text), ``cost_only`` (the plan with the highest *expected*
     cost, the mean tier-weighted tokens over its re-runs: a rule fixed before running), ``oracle``
     (the best realised quality: pass@n, all n executed) and ``expected_oracle`` (the highest
-    expected quality; an idealised selector, its re-runs not counted as tokens). Ties go to the
+    ``oracle_estimate``, scored by the pick's expected quality: an idealised selector that knows
+    each plan's quality from re-runs independent of those that score it; its re-runs are not
+    counted as tokens). Ties go to the
     earliest candidate.
     """
     keys = ["pool_seed", "task_id"]
@@ -106,7 +108,7 @@ def best_of_n_picks(frame: pd.DataFrame, n: int) -> pd.DataFrame:
     out["cost_only"] = (p["quality"], p["expected_quality"], p["tokens"], zeros)
     p = pick("quality")
     out["oracle"] = (p["quality"], p["expected_quality"], base["sum_tok"], zeros)
-    p = pick("expected_quality")
+    p = pick("oracle_estimate" if "oracle_estimate" in sub.columns else "expected_quality")
     out["expected_oracle"] = (p["quality"], p["expected_quality"], p["tokens"], zeros)
     parts = []
     for name in SELECTORS:

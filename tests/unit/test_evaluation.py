@@ -96,6 +96,15 @@ def test_selectors_at_n_2_see_only_the_first_two_candidates():
     assert p.loc["oracle", "tokens_execution"] == 30
 
 
+def test_the_expected_oracle_chooses_on_its_own_reruns_and_is_scored_on_the_pools():
+    """Chosen and scored on the same re-runs the oracle would be lucky (the winner's curse): it
+    picks by oracle_estimate, a second set of re-runs, and reports the pick's expected quality."""
+    frame = pool_frame(HAND | {"oracle_estimate": [0.5, 0.6, 0.1, 0.4]})
+    p = best_of_n_picks(frame, 4).set_index("selector")
+    assert p.loc["expected_oracle", "expected"] == 0.9  # candidate 1: best on its own re-runs, not candidate 3
+    assert p.loc["expected_oracle", "tokens_execution"] == 20
+
+
 def test_at_n_1_every_plan_picking_selector_takes_the_first_candidate():
     p = picks_at(1)
     assert (p["quality"] == 0.0).all()
@@ -343,6 +352,9 @@ def test_build_pool_is_deterministic_and_each_pool_seed_orders_the_same_candidat
         assert sorted(g[g.pool_seed == 0]["candidate"]) == [0, 1, 2, 3]
         # expected quality belongs to the plan, not to the pool seed
         assert g.groupby("plan_id")["expected_quality"].nunique().eq(1).all()
+        assert g.groupby("plan_id")["oracle_estimate"].nunique().eq(1).all()
+    # the oracle's estimate comes from re-runs of its own, not those of expected_quality
+    assert (f["oracle_estimate"] != f["expected_quality"]).any()
     held_out = set(f["task_id"])
     from orchrm.execution.tasks.base import load_tasks
 
@@ -351,6 +363,10 @@ def test_build_pool_is_deterministic_and_each_pool_seed_orders_the_same_candidat
     loaded = CandidatePool.load(tmp_path / "pool.parquet")
     pd.testing.assert_frame_equal(loaded.frame, pool.frame)
     assert loaded.meta == pool.meta and loaded.meta["repeats"] == 2
+    # a pool saved before the oracle had re-runs of its own still loads, its oracle on the others
+    pool.frame.drop(columns="oracle_estimate").to_parquet(tmp_path / "old.parquet")
+    old = CandidatePool.load(tmp_path / "old.parquet")
+    assert old.frame["oracle_estimate"].equals(old.frame["expected_quality"])
 
 
 def test_the_pool_built_in_chunks_is_the_pool_built_in_one_call(small_pool_config):
