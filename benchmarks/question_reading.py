@@ -199,6 +199,22 @@ def summarise(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict
     return rows
 
 
+def target_checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 24's targets read off the reward model's :func:`summarise` rows: the swap cost over
+    all domains, and per domain the own pick against cost-only and length-only (mean above zero)
+    and the gap closed."""
+    from benchmarks.common.targets import QUESTION_READING as T
+
+    by = {r["domain"]: r for r in rows}
+    domains = [d for d in by if d != "all"]
+    per_domain = {d: {"over_cost_only": by[d]["over_cost_only"]["mean"] > 0, "over_length_only": by[d]["over_length_only"]["mean"] > 0,
+                      "gap_closed": by[d]["gap_closed_own"]["mean"] >= T.gap_closed} for d in domains}
+    swap = by["all"]["swap_cost"]["mean"]
+    return {"swap_points": T.swap_points, "gap_closed": T.gap_closed, "swap_cost_points": round(100 * swap, 2),
+            "swap_met": bool(100 * swap >= T.swap_points), "per_domain": per_domain,
+            "met": bool(100 * swap >= T.swap_points and all(all(v.values()) for v in per_domain.values()))}
+
+
 def versus(ours: pd.DataFrame, theirs: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict[str, Any]]:
     """Per domain and ``all``, paired over the same tasks: ``own`` (our own-question pick minus
     theirs) and ``swap_cost`` (our swap cost minus theirs)."""
@@ -467,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": seconds,
         "rows": rows,
         "references": references(head, bootstrap=args.bootstrap, seed=args.seed),
+        "targets": target_checks([r for r in rows if r["scorer"] == "reward_model"]),
         # each baseline against the reward model on the same tasks: > 0 where the baseline's pick is better
         "baseline_minus_reward_model": [r for name in fitted_baselines for r in _records(
             versus(per_task[name], head, bootstrap=args.bootstrap, seed=args.seed), scorer=name)],

@@ -277,8 +277,12 @@ def _cmd_rank(args: argparse.Namespace) -> int:
 
 
 def _collect_arguments(p: argparse.ArgumentParser) -> None:
+    from orchrm.config import CollectConfig
+
+    built_in = CollectConfig()
     p.add_argument("--domain", choices=DOMAIN_CHOICES, default="all", help="task domain (default: all)")
-    p.add_argument("--tasks", type=positive_int, default=None, help="tasks per domain (default: the config's, 50)")
+    p.add_argument("--tasks", type=positive_int, default=None,
+                   help=f"tasks per domain (default: the config's, built in {built_in.tasks_per_domain})")
     p.add_argument("--plans", type=positive_int, default=None, help="candidate plans per task (default: the config's, 8)")
     p.add_argument("--seed", type=seed_int, default=None, help="seed for tasks, plans and the sandbox (default: the config's, 0)")
     p.add_argument(
@@ -316,7 +320,8 @@ def _collect_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         help="executions of every plan per task, each its own run: pairs then compare mean qualities, so labels "
-        "follow expected rather than lucky quality, for that many times the tokens (default: the config's, 1)",
+        "follow expected rather than lucky quality, for that many times the tokens (default: the config's, built "
+        f"in {built_in.repeats})",
     )
     p.add_argument("--workers", type=positive_int, default=None,
                    help="worker processes (default: one per CPU core); with --backend openai, threads (default: "

@@ -55,8 +55,9 @@ class CollectConfig(FrozenConfig):
     branch_depth: int = Field(0, ge=0, le=8)
     #: executions of every plan per task, each its own run: plan pairs compare a plan's mean
     #: quality over them, so labels follow expected rather than lucky quality (issue 17), for
-    #: ``repeats`` times the collection tokens
-    repeats: int = Field(1, ge=1, le=16)
+    #: ``repeats`` times the collection tokens. 3 by default: on fresh tasks the model trained on
+    #: one execution per plan trailed the priciest-plan rule in every domain (issue 24)
+    repeats: int = Field(3, ge=1, le=16)
 
     @field_validator("orchestrators")
     @classmethod
@@ -91,8 +92,9 @@ class PairsConfig(FrozenConfig):
     #: ``plan_prefix``: prompt = the question, action = the node and its ancestors as a plan of
     #: their own (what a plan scorer reads before anything runs; a prefix run several times
     #: counts once, with its mean quality). Same-state rule and labels as ``node``; issue 17
-    #: measures which transfers to plan selection (benchmarks/results/token_efficiency.md).
-    intermediate_action: Literal["node", "plan_prefix"] = "node"
+    #: measures which transfers to plan selection (benchmarks/results/token_efficiency.md):
+    #: ``plan_prefix``, the default (node actions also train several times slower).
+    intermediate_action: Literal["node", "plan_prefix"] = "plan_prefix"
     #: pairs whose quality difference is below this are ties and dropped
     min_margin: float = Field(0.1, ge=0.0, le=1.0)
     #: per-task cap, sampled uniformly among the task's pairs; None keeps every pair

@@ -86,6 +86,25 @@ class Train:
     speedup: float = 2.0
 
 
+@dataclass(frozen=True)
+class Nightly:
+    """Issue 24: a nightly retrain of the default model on ``pairs`` pairs (``orchrm train``, built-in
+    settings) in under ``seconds`` on 2 CPU cores."""
+
+    pairs: int = 10_000
+    seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class QuestionReading:
+    """Issue 24, the default model on fresh tasks at best-of-8: swapping the question for another
+    task's costs at least ``swap_points`` of quality on average; in every domain the model beats
+    cost-only and length-only and closes ``gap_closed`` of the random -> expected-oracle gap."""
+
+    swap_points: float = 3.0
+    gap_closed: float = 0.60
+
+
 BEST_OF_N = BestOfN()
 TOKEN_EFFICIENCY = TokenEfficiency()
 PLAN_CHOICE = PlanChoice()
@@ -94,3 +113,5 @@ PAIRS = Pairs()
 LATENCY = Latency()
 REGISTRY = Registry()
 TRAIN = Train()
+NIGHTLY = Nightly()
+QUESTION_READING = QuestionReading()

@@ -57,7 +57,7 @@ _ALL = {"best_of_n": best_of_n.BENCHMARK, "question_reading": question_reading.B
 #: every results file with a page, in the order of ``docs/results.md``
 BENCHMARKS: dict[str, Benchmark] = {stem: _ALL[stem] for stem in (
     "best_of_n", "question_reading", "cost_aware", "token_efficiency", "plan_choice", "collect", "scale_out", "ingest", "pairs", "accuracy",
-    "train", "latency", "registry", "serving_load", "llm_backend", "sweep_defaults")}
+    "train", "nightly_retrain", "latency", "registry", "serving_load", "llm_backend", "sweep_defaults")}
 #: shown in ``docs/results.md`` even before its file exists (it says so)
 ALWAYS_SHOWN = ("token_efficiency",)
 START, END = "<!-- results:headline:start -->", "<!-- results:headline:end -->"

@@ -75,6 +75,22 @@ def _references(res: Record) -> list[str]:
                    _q(r["other_task_best"]), _pts(r["question_worth"])] for r in res.rows("references")])
 
 
+def _targets(res: Record) -> list[str]:
+    """Issue 24's targets for the default model, each met or not, with the figure it is read from."""
+    if "targets" not in res:
+        return []
+    t = res["targets"]
+    rows = {r["domain"]: r for r in res.rows("rows") if r["scorer"] == "reward_model"}
+    mark = lambda ok: "met" if ok else "**not met**"  # noqa: E731
+    body = [[d, f"{mark(c['over_cost_only'])} ({_pts(rows[d]['over_cost_only'])})",
+             f"{mark(c['over_length_only'])} ({_pts(rows[d]['over_length_only'])})",
+             f"{mark(c['gap_closed'])} ({_gap(rows[d]['gap_closed_own'])})"] for d, c in t["per_domain"].items()]
+    return [f"Swapping the question costs at least {num(t['swap_points'], 'g')} points on average: {mark(t['swap_met'])} "
+            f"({t['swap_cost_points']:+.1f} points over all domains).", "",
+            *table(["domain", "beats cost-only (own - cost-only, pts)", "beats length-only (pts)",
+                    f"closes >= {t['gap_closed']:.0%} of the gap"], body), ""]
+
+
 def _versus(res: Record) -> list[str]:
     return table(["baseline", "domain", "own-question pick - the reward model's (pts)", "swap cost - the reward model's (pts)"],
                  [[_name(r["scorer"]), r["domain"], _pts(r["own"]), _pts(r["swap_cost"])]
@@ -175,6 +191,7 @@ def _seeds_line(res: Record) -> str:
 def page(res: Record) -> list[str]:
     acc = res["pairwise_accuracy"]
     return ["# Does the reward model read the question? (issue 24)", "", *_intro(res),
+            "## Targets (issue 24, the default model)", "", *_targets(res),
             "## Own question, swapped question, no question", "", *_main_table(res), "",
             "Swap cost: the own-question pick minus the swapped-question pick; above zero when reading this task's question helps. "
             "Gap closed: share of the random -> expected-oracle gap, as in the best-of-N page. The baselines are pairwise "
@@ -197,7 +214,7 @@ def page(res: Record) -> list[str]:
 
 
 def section(res: Record) -> list[str]:
-    return [*_intro(res), *_main_table(res, ["reward_model", "logreg"]), "", *_references(res), "",
+    return [*_intro(res), *_targets(res), *_main_table(res, ["reward_model", "logreg"]), "", *_references(res), "",
             "Where the information runs out:", "", *verdict(res), "",
             "Learning curve (own-question quality / swap cost in points / gap closed; mean over model seeds):", "",
             *_curve_table(res), ""]

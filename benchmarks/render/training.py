@@ -134,7 +134,32 @@ def sweep_defaults_section(res: Record) -> list[str]:
                     "train s"], rows, right=2), ""]
 
 
+def _nightly_table(res: Record) -> list[str]:
+    rows = [[str(i + 1), num(r["seconds"], ".0f"), str(r["epochs_run"]), str(r["best_epoch"]), num(r["pairs_per_second"], ".0f")]
+            for i, r in enumerate(res.rows("runs"))]
+    t = res["target"]
+    return [*table(["run", "wall s (orchrm train, start to saved model)", "epochs run", "best epoch", "training pairs/s"],
+                   rows, right=4), "",
+            f"Target: a retrain on {t['pairs']} pairs in under {num(t['seconds'], '.0f')} s on 2 CPU cores: "
+            f"**{met(res['met'])}** (slowest run {num(res['worst_seconds'], '.0f')} s).", ""]
+
+
+def nightly_page(res: Record) -> list[str]:
+    c, m = res["collection"], res["machine"]
+    return ["# A nightly retrain of the default model", "",
+            f"`orchrm train` with the built-in model and training settings, in a process of its own, on {res['pairs']} pairs "
+            f"drawn from the {res['pairs_available']} that the built-in collection gives ({c['tasks_per_domain']} tasks per "
+            f"domain, {c['plans_per_task']} plans each, every plan run {c['repeats']} times). {m['cpus']} CPUs ({m['cpu']}), "
+            f"{m.get('torch_threads', '?')} torch threads.", "", *_nightly_table(res)]
+
+
+def nightly_section(res: Record) -> list[str]:
+    return _nightly_table(res)
+
+
 BENCHMARKS = {
+    "nightly_retrain": Benchmark("Nightly retrain time", "The default model retrained on 10k pairs by `orchrm train`, "
+                                 "start to saved model.", nightly_page, nightly_section),
     "accuracy": Benchmark("Held-out pairwise accuracy", "How often each encoder (and two baselines) orders a held-out pair right.",
                           accuracy_page, accuracy_section),
     "train": Benchmark("Training speed", "OrchRM's Trainer against TRL's RewardTrainer on the same pairs: throughput and "

@@ -58,12 +58,17 @@ POOL_COLUMNS: tuple[str, ...] = (
     "cost",  # tier-weighted tokens of this execution
     "expected_quality",  # mean quality over the re-runs (DESIGN §4)
     "expected_cost",  # mean cost over the re-runs (the cost-only selector)
-    # mean quality over a second, independent set of re-runs: what the expected-quality oracle
-    # selects by, so its pick is scored (by expected_quality) on re-runs it never saw. Selecting
-    # and scoring on the same re-runs overstates the oracle (the winner's curse: among 8 noisy
-    # means the largest is lucky). Equal to expected_quality where there is no second set.
+    # mean quality over a second, independent set of re-runs (ORACLE_REPEATS times as many): what
+    # the expected-quality oracle selects by, so its pick is scored (by expected_quality) on
+    # re-runs it never saw. Selecting and scoring on the same re-runs overstates the oracle (the
+    # winner's curse: among 8 noisy means the largest is lucky). Equal to expected_quality where
+    # there is no second set.
     "oracle_estimate",
 )
+#: the expected oracle's own re-runs, as a multiple of ``evaluate.repeats``: it chooses on
+#: ``ORACLE_REPEATS * repeats`` re-runs (a choice made on few noisy means is itself noisy) and is
+#: scored, like every selector, on the pool's ``repeats``
+ORACLE_REPEATS = 3
 #: the float columns of :data:`POOL_COLUMNS` (float64 even where a value is missing)
 _FLOAT_COLUMNS = ("quality", "confidence", "cost", "expected_quality", "expected_cost", "oracle_estimate")
 
@@ -143,7 +148,8 @@ def _pool_rows(
             runs[i] = per_seed
             if repeats:
                 reruns = [ex.run_plan(task, plan, seed=_seed_of("repeats", seed), repeat=r + 1) for r in range(repeats)]
-                second = [ex.run_plan(task, plan, seed=_seed_of("oracle-repeats", seed), repeat=r + 1) for r in range(repeats)]
+                second = [ex.run_plan(task, plan, seed=_seed_of("oracle-repeats", seed), repeat=r + 1)
+                          for r in range(ORACLE_REPEATS * repeats)]
                 stats.append((float(np.mean([r.quality or 0.0 for r in reruns])), float(np.mean([r.cost for r in reruns])),
                               float(np.mean([r.quality or 0.0 for r in second]))))
             else:  # no re-runs: the pool's own executions are the only estimate

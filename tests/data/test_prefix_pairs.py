@@ -197,8 +197,11 @@ def test_sub_plans_renumber_ids_so_the_same_steps_read_the_same():
     assert [n.id for n in whole.nodes] == ["a1", "a2", "a3"] and whole.shape() == fan_in.shape()
 
 
-def test_node_actions_stay_the_default():
+def test_plan_prefix_actions_are_the_default_and_node_actions_are_asked_for():
+    """The default pairs are what the plan scorer reads (issue 24: one set of defaults)."""
     df = artifacts_frame(run(PLANS["cot_then_reflexion"], {"a1": 1.0, "a2": 0.0}) + run(PLANS["sc_small"], {"a1": 0.0}))
+    assert PairsConfig().intermediate_action == "plan_prefix"
     pairs = PairwiseComparator(sources=["intermediate"]).build_pairs(df)
-    assert PairsConfig().intermediate_action == "node"
-    assert pairs.iloc[0]["chosen"].startswith('<agent id="a1" type="CoT" model="small"/>\n')  # node line + content
+    assert pairs.iloc[0]["chosen"] == '<agent id="a1" type="CoT" model="small"/>'  # a plan of its own, no output
+    node = PairwiseComparator(config=PairsConfig(sources=("intermediate",), intermediate_action="node")).build_pairs(df)
+    assert node.iloc[0]["chosen"].startswith('<agent id="a1" type="CoT" model="small"/>\n')  # node line + content

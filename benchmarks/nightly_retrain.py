@@ -1,0 +1,90 @@
+"""A nightly retrain of the default model: ``orchrm train`` on ``--pairs`` pairs, on this machine
+(issue 24: under five minutes on 2 CPU cores).
+
+The pairs come from the built-in defaults, no ``--config`` (what ``orchrm collect`` and ``orchrm
+pairs`` build for a sandbox night), ``--pairs`` of them drawn at random (seed 0; their ``split``
+kept). ``orchrm train`` runs as its own process with the built-in model and training settings,
+as the nightly flow's ``process`` launcher runs it: the time is the process's wall-clock time
+from start to the saved model (imports, tokenizer, training, validation, checkpoints), ``--runs``
+times. Reported beside it: epochs run, the best epoch, training pairs per second (the Trainer's
+own figure, ``train_metrics.json``).
+
+    nice -n 19 python -m benchmarks.nightly_retrain             # writes results/nightly_retrain.json
+    nice -n 19 python -m benchmarks.nightly_retrain --pairs 500 --runs 1 --out /tmp/nr
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import steps
+from benchmarks.common.results_io import RESULTS, command_line, provenance, write_json
+from benchmarks.common.targets import NIGHTLY
+from orchrm.config import CollectConfig, PairsConfig
+
+
+def sampled_pairs(n: int, seed: int) -> tuple[object, int]:
+    """``n`` pairs drawn from the built-in collection's pair table (all of them when it has fewer),
+    and how many the table holds."""
+    table = steps.pair_table(CollectConfig(), None, PairsConfig()).frame
+    if len(table) < n:
+        print(f"the built-in collection gives {len(table)} pairs, fewer than --pairs {n}: training on all of them",
+              file=sys.stderr, flush=True)
+        return table, len(table)
+    return table.sample(n=n, random_state=seed).reset_index(drop=True), len(table)
+
+
+def one_run(pairs_path: Path, out: Path) -> dict:
+    """``orchrm train`` in a process of its own; its wall-clock seconds and ``train_metrics.json``."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "orchrm.cli", "train", "--pairs", str(pairs_path), "--out", str(out)],
+                   check=True, env=os.environ | {"ORCHRM_PROGRESS": "0"})
+    seconds = time.perf_counter() - t0
+    metrics = json.loads((out / "train_metrics.json").read_text()) if (out / "train_metrics.json").exists() else {}
+    return {"seconds": round(seconds, 1), **{k: metrics.get(k) for k in ("epochs_run", "best_epoch", "pairs_per_second", "train_seconds")}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=10_000, help="pairs to train on (default 10000)")
+    ap.add_argument("--runs", type=int, default=2, help="timed retrains (default 2)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the pair sample")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    import torch
+
+    from orchrm.data.tables import write_table
+
+    pairs, available = sampled_pairs(args.pairs, args.seed)
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "pairs.parquet"
+        write_table(pairs, path)
+        for i in range(args.runs):
+            runs.append(one_run(path, Path(tmp) / f"model-{i}"))
+            print(f"run {i + 1}: {runs[-1]}", file=sys.stderr, flush=True)
+    worst = max(r["seconds"] for r in runs)
+    result = {
+        "benchmark": "nightly retrain of the default model (orchrm train, built-in defaults)",
+        **provenance(command_line("benchmarks.nightly_retrain", ap, args), torch=torch.__version__,
+                     torch_threads=torch.get_num_threads()),
+        "pairs": int(len(pairs)), "pairs_available": int(available),
+        "collection": CollectConfig().model_dump(mode="json"),
+        "runs": runs,
+        "worst_seconds": worst,
+        "target": {"seconds": NIGHTLY.seconds, "pairs": NIGHTLY.pairs},
+        "met": bool(worst < NIGHTLY.seconds and len(pairs) >= NIGHTLY.pairs),
+    }
+    print(f"wrote {write_json(args.out / 'nightly_retrain.json', result)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
