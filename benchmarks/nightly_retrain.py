@@ -7,7 +7,7 @@ kept). ``orchrm train`` runs as its own process with the built-in model and trai
 as the nightly flow's ``process`` launcher runs it: the time is the process's wall-clock time
 from start to the saved model (imports, tokenizer, training, validation, checkpoints), ``--runs``
 times. Reported beside it: epochs run, the best epoch, training pairs per second (the Trainer's
-own figure, ``train_metrics.json``).
+own figure, ``train_result.json``).
 
     nice -n 19 python -m benchmarks.nightly_retrain             # writes results/nightly_retrain.json
     nice -n 19 python -m benchmarks.nightly_retrain --pairs 500 --runs 1 --out /tmp/nr
@@ -42,13 +42,15 @@ def sampled_pairs(n: int, seed: int) -> tuple[object, int]:
 
 
 def one_run(pairs_path: Path, out: Path) -> dict:
-    """``orchrm train`` in a process of its own; its wall-clock seconds and ``train_metrics.json``."""
+    """``orchrm train`` in a process of its own: its wall-clock seconds and what its ``train_result.json`` says."""
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "orchrm.cli", "train", "--pairs", str(pairs_path), "--out", str(out)],
                    check=True, env=os.environ | {"ORCHRM_PROGRESS": "0"})
     seconds = time.perf_counter() - t0
-    metrics = json.loads((out / "train_metrics.json").read_text()) if (out / "train_metrics.json").exists() else {}
-    return {"seconds": round(seconds, 1), **{k: metrics.get(k) for k in ("epochs_run", "best_epoch", "pairs_per_second", "train_seconds")}}
+    result = json.loads((out / "train_result.json").read_text())
+    return {"seconds": round(seconds, 1), "epochs_run": len(result["history"]), "best_epoch": result["best_epoch"],
+            "pairs_per_second": round(result["pairs_per_second"], 1), "train_seconds": round(result["train_seconds"], 1),
+            "train_pairs": result["train_pairs"], "val_pairs": result["val_pairs"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """Does the reward model read the question? Best-of-N with the task's own question, another
 task's, and none (issue 24).
 
-The default model (``configs/default.yaml``: its collection, pairs, model and training settings,
-as :mod:`benchmarks.best_of_n` builds it) picks among ``--candidates`` base-sampler plans of
+The default model (``configs/default.yaml``: the built-in collection, pairs, model and training
+settings, as :mod:`benchmarks.best_of_n` builds it) picks among ``--candidates`` base-sampler plans of
 fresh held-out tasks (``--seed`` 7331: never collected, never tuned on), each plan's expected
 quality from ``--repeats`` re-runs. The same candidates are scored three ways:
 
@@ -333,15 +333,15 @@ def _records(rows: list[dict[str, Any]], **extra: Any) -> list[dict[str, Any]]:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(ROOT / "configs" / "default.yaml"))
-    ap.add_argument("--tasks", type=int, default=30, help="held-out tasks per domain (default 30)")
+    ap.add_argument("--tasks", type=int, default=60, help="held-out tasks per domain (default 60)")
     ap.add_argument("--candidates", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=10, help="re-runs per candidate for its expected quality")
     ap.add_argument("--seed", type=int, default=7331, help="seed of the held-out tasks (default 7331)")
     ap.add_argument("--swap-seed", type=int, default=0, help="seed of the derangement that pairs each task with another")
-    ap.add_argument("--curve", type=int, nargs="*", default=[50, 100, 200],
+    ap.add_argument("--curve", type=int, nargs="*", default=[50, 100, 200, 400],
                     help="distinct training tasks per domain of the learning curve's collections (none: no curve)")
     ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1], help="model and training seeds per curve point")
-    ap.add_argument("--seeded-up-to", type=int, default=None,
+    ap.add_argument("--seeded-up-to", type=int, default=200,
                     help="curve points with more tasks per domain train the first model seed only (a time budget)")
     ap.add_argument("--model-up-to", type=int, default=None,
                     help="curve points with more tasks per domain fit the baseline only, no reward model (a time budget)")
