@@ -143,6 +143,8 @@ def test_artifacts_that_would_make_wrong_pairs_are_refused(change, match):
 
 
 # node-level: intermediate -------------------------------------------------------------------------
+#: the node format (the default is plan_prefix: tests/data/test_prefix_pairs.py)
+NODE_ACTIONS = PairsConfig(intermediate_action="node")
 REFLEX_A = plan(("a1", "CoT", {"model": "small"}), ("a2", "Reflexion", {"model": "small", "iterations": 2}), edges=(("a1", "a2"),))
 REFLEX_B = plan(("a1", "CoT", {"model": "small"}), ("a2", "Reflexion", {"model": "large", "iterations": 1}), edges=(("a1", "a2"),))
 REFLEX_OTHER_PREFIX = plan(("a1", "CoT", {"model": "large"}), ("a2", "Reflexion", {"model": "small", "iterations": 3}), edges=(("a1", "a2"),))
@@ -154,7 +156,7 @@ def test_intermediate_pairs_share_the_ancestor_prefix():
         run(REFLEX_B, {"a1": 0.5, "a2": 0.0}),
         run(REFLEX_OTHER_PREFIX, {"a1": 0.5, "a2": 0.5}),
     )
-    pairs = PairwiseComparator(granularity="node", min_margin=0.1).build_pairs(df)
+    pairs = PairwiseComparator(config=NODE_ACTIONS, granularity="node", min_margin=0.1).build_pairs(df)
     # a2 of A vs a2 of B share the prefix "a1 CoT small"; the other plan's prefix differs, and
     # the a1 nodes all have quality 0.5 (ties)
     assert len(pairs) == 1
@@ -175,7 +177,7 @@ def test_depth_zero_node_pairs_need_only_the_source_nodes():
         run(REFLEX_A, {"a1": 1.0, "a2": None}),
         run(REFLEX_OTHER_PREFIX, {"a1": 0.0, "a2": None}),
     )
-    pairs = PairwiseComparator(granularity="node").build_pairs(df)
+    pairs = PairwiseComparator(config=NODE_ACTIONS, granularity="node").build_pairs(df)
     # CoT small vs CoT large at depth 0: same role, empty prefix
     assert len(pairs) == 1
     pair = pairs.iloc[0]
@@ -188,10 +190,10 @@ def test_node_pairs_need_the_same_role_and_a_different_plan():
     critic = plan(("a1", "CoT", {"model": "small", "role": "critic"}))
     solver = plan(("a1", "CoT", {"model": "large", "role": "solver"}))
     df = table(run(critic, {"a1": 1.0}), run(solver, {"a1": 0.0}))
-    assert PairwiseComparator(granularity="node").build_pairs(df).empty
+    assert PairwiseComparator(config=NODE_ACTIONS, granularity="node").build_pairs(df).empty
     # two executions of one plan are not a node pair either
     df = table(run(COT_SMALL, {"a1": 1.0}, run_id="r1"), run(COT_SMALL, {"a1": 0.0}, run_id="r2", contents={"a1": "other"}))
-    assert PairwiseComparator(granularity="node").build_pairs(df).empty
+    assert PairwiseComparator(config=NODE_ACTIONS, granularity="node").build_pairs(df).empty
 
 
 # specialized-over-base ------------------------------------------------------------------------------
@@ -226,7 +228,7 @@ def test_duplicates_are_removed():
         run(COT_LARGE, {"a1": 0.0}, run_id="r1", contents=other),
         run(COT_LARGE, {"a1": 0.0}, run_id="r2", contents=other),
     )
-    pairs = PairwiseComparator(granularity="node").build_pairs(df)
+    pairs = PairwiseComparator(config=NODE_ACTIONS, granularity="node").build_pairs(df)
     # four artifact combinations, one (prompt, chosen, rejected)
     assert len(pairs) == 1
     many = build_pairs(make_artifacts(20, 5, seed=4), PairsConfig(max_pairs_per_task=None))
@@ -242,7 +244,7 @@ def test_contradictory_pairs_are_dropped():
         run(COT_SMALL, {"a1": 0.0}, run_id="r2", contents={"a1": "x = 4"}),
         run(COT_LARGE, {"a1": 1.0}, run_id="r2", contents={"a1": "x = 5"}),
     )
-    assert PairwiseComparator(granularity="node").build_pairs(df).empty
+    assert PairwiseComparator(config=NODE_ACTIONS, granularity="node").build_pairs(df).empty
 
 
 def test_per_task_cap_is_respected():
@@ -268,7 +270,7 @@ def test_per_task_cap_is_uniform_not_length_biased():
             runs.append(run(p, {"a1": float(rng.choice([0.0, 0.5, 1.0])), "a2": None}, task_id=f"t{t}",
                             contents={"a1": "step " * words + f"({t})"}))
     artifacts = table(*runs)
-    cfg = dict(granularity=("node",), min_margin=0.1)
+    cfg = dict(granularity=("node",), min_margin=0.1, intermediate_action="node")
     everything = build_pairs(artifacts, PairsConfig(max_pairs_per_task=None, **cfg))
     kept = pd.concat([build_pairs(artifacts, PairsConfig(max_pairs_per_task=3, seed=s, **cfg)) for s in range(5)])
     length = lambda p: p["chosen"].str.len() + p["rejected"].str.len()  # noqa: E731
@@ -350,11 +352,11 @@ def test_missing_columns_and_non_final_orphan_nodes_are_refused():
     with pytest.raises(TraceSchemaError, match="not in their plan_text"):
         build_pairs(bad)
     # a final reply written by a step after the plan (ingest keeps its own node id) counts in plan pairs only
-    both = build_pairs(two)
+    both = build_pairs(two, NODE_ACTIONS)
     assert set(both.loc[both["granularity"] == "node", "prompt"]) == {Q, Q + "\n" + '<agent id="a1" type="CoT" model="small"/>'}
     after = two.copy()
     after.loc[after["is_final"], "node_id"] = "final"
-    pairs = build_pairs(after)
+    pairs = build_pairs(after, NODE_ACTIONS)
     assert (pairs["granularity"] == "plan").sum() == 1
     assert set(pairs.loc[pairs["granularity"] == "node", "prompt"]) == {Q}
 
