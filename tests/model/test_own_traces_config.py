@@ -1,7 +1,7 @@
 """configs/own_traces.yaml, the nightly deployment's config, learns a user's own system: its pair,
 model and training settings, on a support desk's traces (the plan that resolves a ticket depends on
 its category and urgency, both in the question), rank the held-out tickets' plans by their expected
-quality. configs/default.yaml's demo-speed training (6 epochs, patience 3) did not learn such a desk.
+quality. Shorter training (6 epochs, patience 3) did not learn such a desk.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from benchmarks.common.feature_baseline import (
     QuestionFeatures,
     plan_features,
 )
-from benchmarks.question_reading import derangement, pick_with_questions, summarise
+from benchmarks.question_reading import derangement, pick_with_questions, summarise, target_checks
 
 VOTE = '<agent id="a1" type="SelfConsistency" model="large" k="5"/>'
 SEARCH = '<agent id="a1" type="WebSearch" queries="2" top_k="5"/>\n<agent id="a2" type="CoT" model="small"/>\n<edge from="a1" to="a2"/>'
@@ -116,3 +116,15 @@ def test_a_scorer_that_reads_the_question_loses_its_pick_when_the_question_is_sw
     assert rows["all"]["swap_cost"]["mean"] == pytest.approx(0.8)
     assert rows["all"]["gap_closed_own"]["mean"] == pytest.approx(1.0)
     assert rows["all"]["gap_closed_swapped"]["mean"] == pytest.approx(-0.5)  # (0.2 - 0.4667) / (1 - 0.4667)
+
+
+def test_the_targets_are_read_off_the_summary_per_domain():
+    frame = _pool(3)
+    partner = derangement(frame["task_id"], frame["domain"], seed=0)
+    reads = lambda questions, plans, domains: np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])  # noqa: E731
+    checks = target_checks(summarise(pick_with_questions(reads, frame, partner), bootstrap=0, seed=0))
+    assert checks["swap_cost_points"] == pytest.approx(80.0) and checks["swap_met"]
+    assert set(checks["per_domain"]) == {"math", "webqa"}
+    # cost-only takes the priciest plan (candidate 2), right on a third of the tasks: the reader beats it
+    assert all(c["over_cost_only"] and c["gap_closed"] for c in checks["per_domain"].values())
+    assert checks["met"] == all(c["over_length_only"] for c in checks["per_domain"].values())
