@@ -90,7 +90,7 @@ def test_a_collection_chunk_is_cached_on_its_inputs_and_its_rows_come_back_as_js
     from orchrm.execution.collect import ChunkRows, plan_collection
 
     cfg = config_from_dict({"data_dir": str(tmp_path / "data"), "pipeline": {"task_runner": "dask", "dask_address": "tcp://scheduler:8786"},
-                            "collect": {"domains": ["math"], "tasks_per_domain": 2, "plans_per_task": 2, "chunk_tasks": 1}})
+                            "collect": {"domains": ["math"], "tasks_per_domain": 2, "plans_per_task": 2, "chunk_tasks": 1, "repeats": 1}})
     chunk = stages(cfg).collect_chunk
     plan = plan_collection(cfg.collect, cfg.sandbox)
     first_chunk, second_chunk = plan.chunks

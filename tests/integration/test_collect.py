@@ -7,6 +7,7 @@ import sys
 import pandas as pd
 import pytest
 
+from orchrm.config import CollectConfig
 from orchrm.data.tables import ARTIFACT_COLUMNS, read_table
 from orchrm.errors import ConfigError, TaskError
 from orchrm.execution.collect import collect
@@ -19,14 +20,17 @@ from orchrm.util.tokens import count_tokens
 pytestmark = pytest.mark.integration
 
 
-def check_artifact_table(df: pd.DataFrame, *, tasks_per_domain: int, plans: int, domains=("math", "code", "multihop", "webqa")) -> None:
+def check_artifact_table(df: pd.DataFrame, *, tasks_per_domain: int, plans: int, repeats: int = 1,
+                         domains=("math", "code", "multihop", "webqa")) -> None:
     assert list(df.columns) == list(ARTIFACT_COLUMNS)
     assert df.artifact_id.is_unique
     assert set(df.domain) == set(domains)
     assert df.groupby("domain").task_id.nunique().eq(tasks_per_domain).all()
     finals = df[df.is_final]
-    # every plan has exactly one final artifact, and every task has `plans` distinct plans
-    assert finals.groupby(["task_id", "plan_id"]).size().eq(1).all()
+    # every execution of a plan (``repeats`` of them, each its own run) has exactly one final
+    # artifact, and every task has `plans` distinct plans
+    assert finals.groupby(["task_id", "plan_id"]).size().eq(repeats).all()
+    assert finals.groupby(["task_id", "plan_id"]).run_id.nunique().eq(repeats).all()
     assert finals.groupby("task_id").plan_id.nunique().eq(plans).all()
     assert (df.prompt_tokens > 0).all() and (df.completion_tokens > 0).all()
     for row in df.itertuples():
@@ -55,7 +59,7 @@ def test_cli_collect_writes_the_artifact_table(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stdout and "multihop" in proc.stdout
-    check_artifact_table(read_table(out), tasks_per_domain=3, plans=8)
+    check_artifact_table(read_table(out), tasks_per_domain=3, plans=8, repeats=CollectConfig().repeats)  # the built-in 3
 
 
 def test_cli_collect_takes_sizes_from_the_config_and_checks_source(tmp_path):
@@ -231,7 +235,7 @@ def test_acceptance_size_collection(tmp_path):
         timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr
-    check_artifact_table(read_table(out), tasks_per_domain=50, plans=8)
+    check_artifact_table(read_table(out), tasks_per_domain=50, plans=8, repeats=CollectConfig().repeats)
 
 
 def test_collection_does_not_depend_on_the_hash_seed(tmp_path):
