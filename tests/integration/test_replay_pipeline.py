@@ -31,6 +31,8 @@ SEED = 13  # not the defaults sweep's tuning seed (101)
 DESK_CONFIG = {
     "model": {"encoder": "scratch", "hidden_dim": 64, "num_layers": 1, "num_heads": 2, "max_length": 128, "vocab_size": 500},
     "train": {"batch_size": 32, "lr": 3.0e-3, "epochs": 30, "patience": 8},
+    # as configs/own_traces.yaml: a desk has a few hundred tickets, every pair of one counts
+    "pairs": {"max_pairs_per_task": 64},
     "evaluate": {"candidates": 8, "best_of": [1, 2, 4, 8], "pool_seeds": [0, 1, 2], "bootstrap": 100},
 }
 
