@@ -84,7 +84,7 @@ def _targets(res: Record) -> list[str]:
     mark = lambda ok: "met" if ok else "**not met**"  # noqa: E731
     body = [[d, f"{mark(c['over_cost_only'])} ({_pts(rows[d]['over_cost_only'])})",
              f"{mark(c['over_length_only'])} ({_pts(rows[d]['over_length_only'])})",
-             f"{mark(c['gap_closed'])} ({_gap(rows[d]['gap_closed_own'])})"] for d, c in t["per_domain"].items()]
+             f"{mark(c['gap_closed'])} ({_gap(rows[d]['gap_closed_own'])})"] for d, c in ((d, t["per_domain"][d]) for d in t["per_domain"])]
     return [f"Swapping the question costs at least {num(t['swap_points'], 'g')} points on average: {mark(t['swap_met'])} "
             f"({t['swap_cost_points']:+.1f} points over all domains).", "",
             *table(["domain", "beats cost-only (own - cost-only, pts)", "beats length-only (pts)",
