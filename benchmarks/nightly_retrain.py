@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,7 @@ def one_run(pairs_path: Path, out: Path) -> dict:
     """``orchrm train`` in a process of its own: its wall-clock seconds and what its ``train_result.json`` says."""
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "orchrm.cli", "train", "--pairs", str(pairs_path), "--out", str(out)],
-                   check=True, env=os.environ | {"ORCHRM_PROGRESS": "0"})
+                   check=True)
     seconds = time.perf_counter() - t0
     result = json.loads((out / "train_result.json").read_text())
     return {"seconds": round(seconds, 1), "epochs_run": len(result["history"]), "best_epoch": result["best_epoch"],

@@ -82,9 +82,10 @@ def _targets(res: Record) -> list[str]:
     t = res["targets"]
     rows = {r["domain"]: r for r in res.rows("rows") if r["scorer"] == "reward_model"}
     mark = lambda ok: "met" if ok else "**not met**"  # noqa: E731
-    body = [[d, f"{mark(c['over_cost_only'])} ({_pts(rows[d]['over_cost_only'])})",
-             f"{mark(c['over_length_only'])} ({_pts(rows[d]['over_length_only'])})",
-             f"{mark(c['gap_closed'])} ({_gap(rows[d]['gap_closed_own'])})"] for d, c in ((d, t["per_domain"][d]) for d in t["per_domain"])]
+    checks = t["per_domain"]
+    body = [[d, f"{mark(checks[d]['over_cost_only'])} ({_pts(rows[d]['over_cost_only'])})",
+             f"{mark(checks[d]['over_length_only'])} ({_pts(rows[d]['over_length_only'])})",
+             f"{mark(checks[d]['gap_closed'])} ({_gap(rows[d]['gap_closed_own'])})"] for d in checks]
     return [f"Swapping the question costs at least {num(t['swap_points'], 'g')} points on average: {mark(t['swap_met'])} "
             f"({t['swap_cost_points']:+.1f} points over all domains).", "",
             *table(["domain", "beats cost-only (own - cost-only, pts)", "beats length-only (pts)",
