@@ -27,7 +27,10 @@ the same pool the same three ways: an estimate of what the text allows. ``logreg
 domain, its question features and word n-grams; ``logreg_ngrams`` the domain and n-grams;
 ``logreg_domain`` the domain alone (a per-domain plan prior: what a model that ignores the question
 can reach). A learning curve repeats the reward model (``--model-seeds`` seeds, model and training
-seed together) and ``logreg`` over collections of ``--curve`` distinct tasks per domain.
+seed together) and ``logreg`` over collections of ``--curve`` distinct tasks per domain. At the
+default config's point every seed is also checked against the targets, and its trained model (the
+mean of the weights from the best validation epoch on) is compared with the same run's best epoch
+alone (what ``weight_average: none`` returns).
 
     nice -n 19 python -m benchmarks.question_reading            # writes results/question_reading.json
     nice -n 19 python -m benchmarks.question_reading --tasks 4 --repeats 2 --curve 4 --model-seeds 0 --out /tmp/qr
@@ -322,6 +325,21 @@ def _tasks_with_pairs(pairs: pd.DataFrame) -> dict[str, int]:
     return {f"{d}.{split}": int(n) for (d, split), n in counts.items()}
 
 
+def _brief(per_task: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per domain and ``all``: the own-question pick's mean, its gap closed and its lead over cost-only."""
+    return {r["domain"]: {"own": r["own"]["mean"], "gap_closed": r["gap_closed_own"]["mean"], "over_cost_only": r["over_cost_only"]["mean"]}
+            for r in summarise(per_task, bootstrap=0, seed=0)}
+
+
+def _default_seed_rows(curve: list[dict[str, Any]], tasks: int) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The reward model's curve rows at ``tasks`` per domain (the default config), by model seed."""
+    by_seed: dict[int, list[dict[str, Any]]] = {}
+    for r in curve:
+        if r["scorer"] == "reward_model" and r["tasks_per_domain"] == tasks:
+            by_seed.setdefault(r["model_seed"], []).append(r)
+    return sorted(by_seed.items())
+
+
 def _records(rows: list[dict[str, Any]], **extra: Any) -> list[dict[str, Any]]:
     return [{**extra, **r} for r in rows]
 
@@ -340,7 +358,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--swap-seed", type=int, default=0, help="seed of the derangement that pairs each task with another")
     ap.add_argument("--curve", type=int, nargs="*", default=[50, 100, 200, 400],
                     help="distinct training tasks per domain of the learning curve's collections (none: no curve)")
-    ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1], help="model and training seeds per curve point")
+    ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1, 2], help="model and training seeds per curve point")
     ap.add_argument("--seeded-up-to", type=int, default=200,
                     help="curve points with more tasks per domain train the first model seed only (a time budget)")
     ap.add_argument("--model-up-to", type=int, default=None,
@@ -443,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                                        for r in summarise(t, bootstrap=0, seed=0)), file=sys.stderr, flush=True)
 
     # the learning curve
-    curve = []
+    curve, best_epoch = [], []
     t0 = time.perf_counter()
     for tasks in args.curve:
         cfg = with_tasks(config, tasks)
@@ -451,6 +469,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== curve: {tasks} tasks per domain, seed {seed}", file=sys.stderr, flush=True)
             cpairs, cfit = trained(with_seed(cfg, seed))
             t = pick_with_questions(rm_scorer(cfit.model), frame, partner)
+            if tasks == default_tasks and (best_model := cfit.best_epoch_model()) is not None:
+                # the same run's best validation epoch alone: what weight_average="none" returns
+                best_t = pick_with_questions(rm_scorer(best_model), frame, partner)
+                best_epoch.append({"model_seed": seed, "best_epoch": cfit.info.get("best_epoch"),
+                                   "averaged_epochs": cfit.info.get("averaged_epochs"), "averaged": _brief(t), "best": _brief(best_t),
+                                   "difference": versus(t, best_t, bootstrap=args.bootstrap, seed=args.seed)})
             curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="reward_model",
                               tasks_per_domain=tasks, model_seed=seed, pairs=int(len(cpairs.frame)),
                               tasks_with_pairs=_tasks_with_pairs(cpairs.frame),
@@ -484,10 +508,14 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "references": references(head, bootstrap=args.bootstrap, seed=args.seed),
         "targets": target_checks([r for r in rows if r["scorer"] == "reward_model"]),
+        # the same targets for every model seed of the default config (its curve point): one seed's picks are noisy
+        "targets_by_seed": [{"model_seed": seed, **target_checks(rs)} for seed, rs in _default_seed_rows(curve, default_tasks)],
         # each baseline against the reward model on the same tasks: > 0 where the baseline's pick is better
         "baseline_minus_reward_model": [r for name in fitted_baselines for r in _records(
             versus(per_task[name], head, bootstrap=args.bootstrap, seed=args.seed), scorer=name)],
         "curve": curve,
+        # the default config's mean of weights against the same run's best epoch alone, per model seed
+        "weights_mean_minus_best_epoch": best_epoch,
         "per_task": {name: _per_task_records(per_task[name]) for name in ("reward_model", "logreg") if name in per_task},
     }
     print(f"wrote {write_json(args.out / 'question_reading.json', result)}")

@@ -210,8 +210,17 @@ class TrainConfig(FrozenConfig):
     #: best-of-5 where it was: not the default
     monitor: Literal["val_loss", "val_accuracy"] = "val_loss"
     min_delta: float = Field(0.0, ge=0, allow_inf_nan=False)
-    #: put the best validation weights back into the model when training ends
+    #: put the best validation weights back into the model when training ends (with
+    #: ``weight_average="none"``; ``checkpoint_dir/best.safetensors`` holds them either way)
     restore_best: bool = True
+    #: ``from_best``: the trained model is the mean of the weights at every evaluation from the
+    #: best one (by ``monitor``) to the last (stochastic weight averaging,
+    #: ``torch.optim.swa_utils.AveragedModel``; a new best restarts the mean). ``none``: the best
+    #: (``restore_best``) or last weights. The validation loss bottoms out early, at weights that
+    #: still rank plans poorly, and one seed's best epoch picks plans very differently from
+    #: another's; the mean of the epochs after it is steadier and better
+    #: (benchmarks/results/question_reading.md compares the two for each model seed)
+    weight_average: Literal["from_best", "none"] = "from_best"
     #: use the pair's ``margin`` in the loss: -log sigmoid(r_w - r_l - margin)
     use_margin: bool = True
     #: TRL's center_rewards_coefficient: + coef * mean((r_w + r_l)^2); None = off

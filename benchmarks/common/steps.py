@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -121,31 +122,51 @@ def pair_table(collect: CollectConfig, sandbox: NoiseConfig | None = None, pairs
 @dataclass(frozen=True)
 class Fitted:
     """A trained model and what a results file records of it (``info``: ``trained``, ``pairs``,
-    ``cache_key``, and when trained in this run ``train_seconds``, ``epochs_run``, ``best_epoch``)."""
+    ``cache_key``, and when trained in this run ``train_seconds``, ``epochs_run``, ``best_epoch``,
+    ``averaged_epochs``). ``best_epoch_path``: the best validation epoch's own weights
+    (``checkpoint_dir/best.safetensors``), what ``weight_average="none"`` would have returned."""
 
     model: Any
     info: dict[str, Any]
+    best_epoch_path: Path | None = None
+
+    def best_epoch_model(self) -> Any:
+        """The model with the best validation epoch's own weights (None where the run kept none)."""
+        from orchrm.model.reward_model import BradleyTerryModel
+
+        return None if self.best_epoch_path is None else BradleyTerryModel.load(self.best_epoch_path)
 
 
 def fit_cached(pairs: PairTable, model: ModelConfig, train: TrainConfig, *, cache: Path = CACHE) -> Fitted:
     """The model ``model`` trained by :func:`orchrm.model.trainer.fit` with ``train`` on ``pairs``
     (checkpoints in a temporary folder), trained once and then loaded from the cache."""
+    from orchrm.model.checkpoints import BEST_CHECKPOINT
     from orchrm.model.reward_model import BradleyTerryModel
     from orchrm.model.trainer import fit
+    from orchrm.util.fileio import atomic_write_bytes
 
     key = cache_key("fit", pairs.key, model, train)
     path = cache / "models" / f"{key}.safetensors"
+    best = cache / "models" / f"{key}.best-epoch.safetensors"
     info: dict[str, Any] = {"pairs": int(len(pairs.frame)), "cache_key": key}
+    run_info = path.with_suffix(".json")  # how the cached model's run went (its epochs), beside it
     if path.exists():
-        return Fitted(BradleyTerryModel.load(path), info | {"trained": "loaded from the benchmark cache"})
+        earlier = json.loads(run_info.read_text()) if run_info.exists() else {}
+        return Fitted(BradleyTerryModel.load(path), info | earlier | {"trained": "loaded from the benchmark cache"},
+                      best if best.exists() else None)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as checkpoints:
         result = fit(pairs.frame, model, train, checkpoint_dir=checkpoints, progress=False)
-    seconds = round(time.perf_counter() - t0, 1)
+        seconds = round(time.perf_counter() - t0, 1)
+        kept = Path(checkpoints) / BEST_CHECKPOINT
+        if kept.is_file():
+            best.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(kept, best)
     result.model.save(path)
+    epochs = {"epochs_run": len(result.history), "best_epoch": result.best_epoch, "averaged_epochs": result.averaged_epochs}
+    atomic_write_bytes(run_info, lambda tmp: Path(tmp).write_text(json.dumps(epochs)))
     _say(f"trained in {seconds} s")
-    return Fitted(result.model, info | {"trained": "in this run", "train_seconds": seconds,
-                                        "epochs_run": len(result.history), "best_epoch": result.best_epoch})
+    return Fitted(result.model, info | {"trained": "in this run", "train_seconds": seconds, **epochs}, best if best.exists() else None)
 
 
 @dataclass(frozen=True)

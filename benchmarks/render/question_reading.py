@@ -92,6 +92,45 @@ def _targets(res: Record) -> list[str]:
                     f"closes >= {t['gap_closed']:.0%} of the gap"], body), ""]
 
 
+def _targets_by_seed(res: Record) -> list[str]:
+    """The targets for each model seed of the default config: in how many domains each holds."""
+    runs = res.get("targets_by_seed") or []
+    if not runs:
+        return []
+    mark = lambda ok: "met" if ok else "**not met**"  # noqa: E731
+
+    def held(t: Record, key: str) -> str:
+        missed = [d for d, c in t["per_domain"].items() if not c[key]]
+        return f"{len(t['per_domain']) - len(missed)} of {len(t['per_domain'])}" + (f" (not {', '.join(missed)})" if missed else "")
+
+    return ["The same targets for each model seed of the default config (model and training seed together; the "
+            "table above is seed 0):", "",
+            *table(["model seed", "swap cost (pts)", "domains beating cost-only", "beating length-only", "closing the gap",
+                    "every target"],
+                   [[str(t["model_seed"]), f"{t['swap_cost_points']:+.1f}", held(t, "over_cost_only"), held(t, "over_length_only"),
+                     held(t, "gap_closed"), mark(t["met"])] for t in runs], right=1), ""]
+
+
+def _weights_mean(res: Record) -> list[str]:
+    """The default config's model (the mean of the weights from the best epoch on) against the same
+    run's best epoch alone, per model seed."""
+    runs = res.get("weights_mean_minus_best_epoch") or []
+    if not runs:
+        return []
+    domains = [*_domains(res), "all"]
+    body = []
+    for r in runs:
+        diff = {d["domain"]: d["own"] for d in r["difference"]}
+        n = r.get("averaged_epochs") or 0
+        epochs = "n/a" if not n else str(r["best_epoch"]) if n == 1 else f"{r['best_epoch']} to {r['best_epoch'] + n - 1}"
+        body.append([str(r["model_seed"]), epochs, *(f"{r['averaged'][d]['own']:.3f} / {r['best'][d]['own']:.3f} ({_pts(diff[d])})"
+                                                    for d in domains)])
+    return ["Each model seed of the default config: the trained model (the mean of the weights from the best validation "
+            "epoch to the last, `weight_average: from_best`) / the same run's best epoch alone (`weight_average: none`), "
+            "with the paired difference in points [95% interval]:", "",
+            *table(["model seed", "epochs averaged", *domains], body, right=2), ""]
+
+
 def _versus(res: Record) -> list[str]:
     return table(["baseline", "domain", "own-question pick - the reward model's (pts)", "swap cost - the reward model's (pts)"],
                  [[_name(r["scorer"]), r["domain"], _pts(r["own"]), _pts(r["swap_cost"])]
@@ -192,7 +231,7 @@ def _seeds_line(res: Record) -> str:
 def page(res: Record) -> list[str]:
     acc = res["pairwise_accuracy"]
     return ["# Does the reward model read the question? (issue 24)", "", *_intro(res),
-            "## Targets (issue 24, the default model)", "", *_targets(res),
+            "## Targets (issue 24, the default model)", "", *_targets(res), *_targets_by_seed(res), *_weights_mean(res),
             "## Own question, swapped question, no question", "", *_main_table(res), "",
             "Swap cost: the own-question pick minus the swapped-question pick; above zero when reading this task's question helps. "
             "Gap closed: share of the random -> expected-oracle gap, as in the best-of-N page. The baselines are pairwise "
@@ -215,7 +254,7 @@ def page(res: Record) -> list[str]:
 
 
 def section(res: Record) -> list[str]:
-    return [*_intro(res), *_targets(res), *_main_table(res, ["reward_model", "logreg"]), "", *_references(res), "",
+    return [*_intro(res), *_targets(res), *_targets_by_seed(res), *_main_table(res, ["reward_model", "logreg"]), "", *_references(res), "",
             "Where the information runs out:", "", *verdict(res), "",
             "Learning curve (own-question quality / swap cost in points / gap closed; mean over model seeds):", "",
             *_curve_table(res), ""]

@@ -35,8 +35,10 @@ BEST_CHECKPOINT = "best.safetensors"
 #: what decides the split, the batches, the loss or the updates: a resumed run keeps each of them
 RESUME_KEYS: tuple[str, ...] = (
     "batch_size", "seed", "lr", "lr_schedule", "warmup_ratio", "weight_decay", "val_fraction",
-    "grad_clip", "use_margin", "center_rewards_coefficient",
+    "grad_clip", "use_margin", "center_rewards_coefficient", "weight_average",
 )
+#: the names under which ``last.safetensors`` holds the running mean of the epochs' weights
+AVERAGE_PREFIX = "trainer.average."
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class LoopState:
     checkpoint_epoch: int | None = None
     history: list[EpochRecord] = field(default_factory=list)
     best_weights: dict[str, Tensor] | None = None
+    #: the running mean of the epochs' weights (``TrainConfig.weight_average``) and how many epochs it holds
+    average: dict[str, Tensor] | None = None
+    averaged: int = 0
     #: a resumed run's optimizer tensors, groups and schedule, until :meth:`restore_optimizer`
     optimizer_state: tuple[dict[str, Tensor], list, dict] | None = None
 
@@ -155,6 +160,8 @@ class Checkpoints:
         if improved:
             model.save(self.directory / BEST_CHECKPOINT)
         tensors, groups = _optimizer_tensors(optimizer)
+        if state.average is not None:
+            tensors |= {f"{AVERAGE_PREFIX}{k}": v.detach().to("cpu", copy=True).contiguous() for k, v in state.average.items()}
         meta = {
             "epoch": state.history[-1].epoch,
             "step": state.step,
@@ -163,6 +170,7 @@ class Checkpoints:
             "best_val_accuracy": state.best_val_accuracy,
             "bad_evals": state.bad_evals,
             "stopped_early": state.stopped_early,
+            "averaged": state.averaged,
             "history": [asdict(r) for r in state.history],
             "data_hash": fingerprint,
             "world_size": world,
@@ -215,6 +223,7 @@ def _state_from(reader: ModelFile, *, fingerprint: str, cfg: TrainConfig, world:
             f"{fingerprint}); resume with the same pair table or start a new output directory"
         )
     saved, now = dict(meta["train_config"]), cfg.model_dump(mode="json")
+    saved.setdefault("weight_average", "none")  # written before weights were averaged
     if saved.get("lr") is None:  # written before the lr was resolved from model.lr: the optimizer's is the one used
         saved["lr"] = meta["optimizer_groups"][0]["initial_lr"]
     for key in RESUME_KEYS:
@@ -237,6 +246,9 @@ def _state_from(reader: ModelFile, *, fingerprint: str, cfg: TrainConfig, world:
     if best.is_file():
         state.best_weights = ModelFile(best).tensors(prefix_excluded="trainer.")
     state.optimizer_state = (reader.tensors(prefix="trainer.optim."), meta["optimizer_groups"], meta["schedule"])
+    if meta.get("averaged"):
+        state.average = reader.tensors(prefix=AVERAGE_PREFIX)
+        state.averaged = int(meta["averaged"])
     return state
 
 

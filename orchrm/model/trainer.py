@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
+from torch.optim.swa_utils import AveragedModel
 
 from orchrm.config import ModelConfig, TrainConfig, with_overrides
 from orchrm.data.pair_reader import PairSource
@@ -95,8 +96,10 @@ class TrainResult:
     """What :meth:`Trainer.train` returns: the history and the figures a report needs.
 
     ``pairs_per_second`` counts training pairs (all ranks) per second of training steps in this
-    call (evaluation and checkpoints excluded). ``model`` is the trained model (best validation
-    weights when ``restore_best``). ``stopped_early``: the monitored validation figure did not
+    call (evaluation and checkpoints excluded). ``model`` is the trained model: the mean of the
+    weights of the ``averaged_epochs`` evaluated epochs from the best one on
+    (``weight_average="from_best"``), else the best validation weights when ``restore_best``; ``final_val_loss``/``final_val_accuracy`` are its
+    validation figures. ``stopped_early``: the monitored validation figure did not
     improve for ``patience`` evaluations, which may have happened at the last epoch, with every epoch run.
     """
 
@@ -117,6 +120,10 @@ class TrainResult:
     world_size: int = 1
     checkpoint_dir: str | None = None
     model_path: str | None = None
+    #: evaluated epochs whose weights the model is the mean of (0: not averaged)
+    averaged_epochs: int = 0
+    final_val_loss: float | None = None
+    final_val_accuracy: float | None = None
     model: BradleyTerryModel | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -159,6 +166,10 @@ class TrainResult:
             f"best epoch {self.best_epoch} (val loss {fmt(self.best_val_loss)}, accuracy "
             f"{fmt(self.best_val_accuracy)}); {stop}; reward mean {self.reward_mean:.3f} std {self.reward_std:.3f}"
         )
+        if self.averaged_epochs:
+            first = self.history[-1].epoch - self.averaged_epochs + 1 if self.averaged_epochs > 1 else self.history[-1].epoch
+            lines.append(f"model: the mean of the weights of {self.averaged_epochs} epoch(s), {first} to {self.history[-1].epoch} (val loss "
+                         f"{fmt(self.final_val_loss)}, accuracy {fmt(self.final_val_accuracy)})")
         if self.model_path:
             lines.append(f"model: {self.model_path}")
         return "\n".join(lines)
@@ -280,6 +291,8 @@ class _Run:
     schedule: torch.optim.lr_scheduler.LambdaLR
     state: LoopState
     checkpoints: Checkpoints
+    #: the running mean of the epochs' weights (``weight_average="epochs"``), else None
+    average: AveragedModel | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,6 +454,7 @@ class Trainer:
             val_features=self._features(val, device) if frozen else None,
             net=net, params=[p for p in model.parameters() if p.requires_grad],
             optimizer=optimizer, schedule=schedule, state=state, checkpoints=checkpoints,
+            average=_averager(model, state) if cfg.weight_average == "from_best" else None,
         )
         if dist.main:
             for cb in self.callbacks:
@@ -454,6 +468,11 @@ class Trainer:
         improved = state.observe(record, run.cfg)
         if improved:
             state.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        if run.average is not None:  # the mean restarts at each new best evaluation
+            if improved:
+                run.average.n_averaged.zero_()
+            run.average.update_parameters(self.model)
+            state.average, state.averaged = dict(run.average.module.named_parameters()), int(run.average.n_averaged)
         state.stopped_early = state.bad_evals >= run.cfg.patience
         if run.dist.main:
             run.checkpoints.save(
@@ -469,8 +488,13 @@ class Trainer:
     def _finish(self, run: _Run, *, train_seconds: float, pairs_seen: int) -> TrainResult:
         """Best weights back, reward statistics, the result and the model's manifest; ``on_train_end``."""
         model, state = self.model, run.state
-        if run.cfg.restore_best:
+        if run.average is not None and state.averaged:
+            with torch.no_grad():
+                for p, mean in zip(model.parameters(), run.average.module.parameters(), strict=True):
+                    p.copy_(mean)
+        elif run.cfg.restore_best:
             run.checkpoints.restore_best(model, state)
+        final_loss, final_acc = self._evaluate(model, run.val, run.cfg, run.device, run.dist, run.val_features)
         model.reward_mean, model.reward_std = self._reward_stats(model, run.val or run.train, run.device)
         result = TrainResult(
             history=list(state.history),
@@ -488,6 +512,9 @@ class Trainer:
             data_hash=run.fingerprint,
             world_size=run.dist.world,
             checkpoint_dir=None if self.checkpoint_dir is None else str(self.checkpoint_dir),
+            averaged_epochs=state.averaged if run.average is not None else 0,
+            final_val_loss=final_loss,
+            final_val_accuracy=final_acc,
             model=model,
         )
         model.manifest = self._manifest(result, run)
@@ -629,9 +656,24 @@ class Trainer:
             "best_epoch": result.best_epoch,
             "best_val_loss": result.best_val_loss,
             "best_val_accuracy": result.best_val_accuracy,
+            "averaged_epochs": result.averaged_epochs,
+            "final_val_loss": result.final_val_loss,
+            "final_val_accuracy": result.final_val_accuracy,
             "train_config": run.cfg.model_dump(mode="json"),
             INTERMEDIATE_FORMAT_KEY: _intermediate_format(frame),
         }
+
+
+def _averager(model: BradleyTerryModel, state: LoopState) -> AveragedModel:
+    """The running mean of ``model``'s weights over the evaluations from the best one on
+    (``TrainConfig.weight_average``), holding a resumed run's mean and its count where the checkpoint had one."""
+    average = AveragedModel(model, use_buffers=False)
+    if state.average is not None:
+        with torch.no_grad():
+            for name, p in average.module.named_parameters():
+                p.copy_(state.average[name])
+        average.n_averaged.fill_(state.averaged)
+    return average
 
 
 def _intermediate_format(frame: pd.DataFrame) -> str:

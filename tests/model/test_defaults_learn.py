@@ -36,9 +36,10 @@ def test_orchrm_train_without_flags_learns_which_plan_a_ticket_needs(tmp_path):
     accuracy = true_pair_accuracy(lambda q, plans: model.score(q, plans).tolist(),
                                   [t for t in tickets if t.task_id in held_out])
     assert len(held_out) >= 40
-    # the target is 0.95; these defaults reached 0.945 here (best epoch 6 of 12 by validation
-    # loss, while validation accuracy still rose), so the test holds them to what they measured
-    assert accuracy >= 0.94, f"held-out accuracy on pairs whose plans truly differ: {accuracy:.3f}"
+    # the target: 0.95. The best epoch alone (6 of 12 by validation loss, while validation
+    # accuracy still rose) reached 0.945 here; the default model, the mean of the weights from it
+    # to the last epoch (TrainConfig.weight_average), reaches the target
+    assert accuracy >= 0.95, f"held-out accuracy on pairs whose plans truly differ: {accuracy:.3f}"
 
 
 def test_fit_without_an_lr_trains_at_the_models_default_as_bradleyterrymodel_and_trainer_do(pairs, tiny_model_kwargs):

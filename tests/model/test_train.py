@@ -305,7 +305,7 @@ def test_early_stopping_restores_the_best_weights(small_pairs, tiny_model_kwargs
     flipped = _contradicting_validation(small_pairs)
     val = flipped["split"] == "val"
     model = BradleyTerryModel(**tiny_model_kwargs)
-    result = Trainer(model=model, patience=2, monitor="val_loss", **SMALL).train(pairs=flipped, epochs=12)
+    result = Trainer(model=model, patience=2, monitor="val_loss", weight_average="none", **SMALL).train(pairs=flipped, epochs=12)
     assert result.stopped_early and len(result.history) < 12
     assert result.best_epoch == min(range(len(result.history)), key=lambda i: result.history[i].val_loss) + 1
     val_rows = flipped[val]
@@ -318,7 +318,7 @@ def test_early_stopping_restores_the_best_weights(small_pairs, tiny_model_kwargs
 
 def test_monitor_val_accuracy_keeps_the_epoch_that_ranks_validation_pairs_best(small_pairs, tiny_model_kwargs):
     model = BradleyTerryModel(**tiny_model_kwargs)
-    result = Trainer(model=model, patience=3, monitor="val_accuracy", **SMALL).train(pairs=small_pairs, epochs=6)
+    result = Trainer(model=model, patience=3, monitor="val_accuracy", weight_average="none", **SMALL).train(pairs=small_pairs, epochs=6)
     accuracies = [r.val_accuracy for r in result.history]
     first_best = accuracies.index(max(accuracies)) + 1  # ties keep the earlier epoch
     assert result.best_epoch == first_best and result.best_val_accuracy == max(accuracies)
@@ -326,6 +326,38 @@ def test_monitor_val_accuracy_keeps_the_epoch_that_ranks_validation_pairs_best(s
     r_c = model.score(val_rows["prompt"].tolist(), val_rows["chosen"].tolist())
     r_r = model.score(val_rows["prompt"].tolist(), val_rows["rejected"].tolist())
     assert (r_c > r_r).float().mean().item() == pytest.approx(result.best_val_accuracy)
+
+
+def test_the_model_is_the_mean_of_the_weights_from_the_best_epoch_on_and_reports_its_own_validation_figures(small_pairs, tiny_model_kwargs):
+    class Snapshots(TrainCallback):
+        def __init__(self):
+            self.weights = []
+
+        def on_eval(self, record, model):
+            self.weights.append({k: v.detach().clone() for k, v in model.named_parameters()})
+
+    flipped = _contradicting_validation(small_pairs)  # the validation loss is lowest early, then rises
+    snapshots = Snapshots()
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    result = Trainer(model=model, patience=10, callbacks=[snapshots], **SMALL).train(pairs=flipped, epochs=4)
+    averaged = snapshots.weights[result.best_epoch - 1:]
+    assert result.best_epoch < 4 and result.averaged_epochs == len(averaged) == 5 - result.best_epoch
+    for name, p in model.named_parameters():
+        assert torch.allclose(p, sum(w[name] for w in averaged) / len(averaged), atol=1e-6), name
+    assert not any(torch.equal(p, snapshots.weights[result.best_epoch - 1][name]) for name, p in model.named_parameters())
+    val_rows = flipped[flipped["split"] == "val"]
+    r_c = model.score(val_rows["prompt"].tolist(), val_rows["chosen"].tolist())
+    r_r = model.score(val_rows["prompt"].tolist(), val_rows["rejected"].tolist())
+    assert (r_c > r_r).float().mean().item() == pytest.approx(result.final_val_accuracy)
+    assert model.manifest["averaged_epochs"] == result.averaged_epochs
+    assert f"the mean of the weights of {result.averaged_epochs} epoch(s), {result.best_epoch} to 4" in str(result)
+
+
+def test_a_new_best_epoch_restarts_the_mean(small_pairs, tiny_model_kwargs):
+    result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), patience=10, **SMALL).train(pairs=small_pairs, epochs=3)
+    assert result.averaged_epochs == 4 - result.best_epoch
+    none = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), patience=10, weight_average="none", **SMALL).train(pairs=small_pairs, epochs=3)
+    assert none.averaged_epochs == 0 and none.final_val_loss == pytest.approx(none.best_val_loss)
 
 
 def test_callbacks_see_the_run(small_pairs, tiny_model_kwargs):
