@@ -487,7 +487,10 @@ def _train_step(run: _Run, pairs: Pairs) -> TrainedModel:
     launcher = "torchrun" if config.pipeline.launcher == "torchrun" else "a subprocess"
     with run.clock.stage("train", f"5/8 train the Bradley-Terry reward model ({config.model.encoder} encoder, in {launcher})"):
         model = _call(run.stages.train, pairs, config=config, out_dir=str(run.out), parent_run_id=run.parent)
-        run.say(f"{model.epochs} epoch(s) in {model.train_seconds:.1f} s, best validation loss {model.best_val_loss}; {model.model_path}")
+        averaged = (f"; the model: the mean of the last {model.averaged_epochs} epoch(s), validation loss {model.final_val_loss:.4f}"
+                    if model.averaged_epochs and model.final_val_loss is not None else "")
+        best = "none" if model.best_val_loss is None else f"{model.best_val_loss:.4f}"
+        run.say(f"{model.epochs} epoch(s) in {model.train_seconds:.1f} s, best validation loss {best}{averaged}; {model.model_path}")
     return model
 
 

@@ -165,6 +165,10 @@ class TrainedModel:
     #: ``models:/<model_id>``: the LoggedModel of the training run (empty in a result persisted
     #: before models were logged at training; :func:`register_stage` then logs it)
     model_uri: str = ""
+    #: the model is the mean of the weights of this many evaluated epochs, from the best one on (0: not averaged)
+    averaged_epochs: int = 0
+    #: the model's own validation loss (None without validation pairs, or in an older result)
+    final_val_loss: float | None = None
 
     @property
     def model_id(self) -> str | None:
@@ -679,6 +683,8 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
         best_val_loss=result.get("best_val_loss"),
         train_seconds=float(result.get("train_seconds", 0.0)),
         model_uri=model_uri,
+        averaged_epochs=int(result.get("averaged_epochs") or 0),
+        final_val_loss=result.get("final_val_loss"),
     )
 
 

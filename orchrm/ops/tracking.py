@@ -473,6 +473,10 @@ class MlflowCallback(TrainCallback):
             "best_epoch": result.best_epoch,
             "best_val_loss": result.best_val_loss,
             "best_val_accuracy": result.best_val_accuracy,
+            # the model's own validation figures (the mean of the weights from the best epoch on)
+            "averaged_epochs": result.averaged_epochs,
+            "final_val_loss": result.final_val_loss,
+            "final_val_accuracy": result.final_val_accuracy,
             "steps": result.steps,
             "train_pairs": result.train_pairs,
             "val_pairs": result.val_pairs,
