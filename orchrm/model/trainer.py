@@ -98,8 +98,8 @@ class TrainResult:
     ``pairs_per_second`` counts training pairs (all ranks) per second of training steps in this
     call (evaluation and checkpoints excluded). ``model`` is the trained model: the mean of the
     weights of the ``averaged_epochs`` evaluated epochs from the best one on
-    (``weight_average="from_best"``), else the best validation weights when ``restore_best``; ``final_val_loss``/``final_val_accuracy`` are its
-    validation figures. ``stopped_early``: the monitored validation figure did not
+    (``weight_average="from_best"``), else the best validation weights when ``restore_best``;
+    ``final_val_loss``/``final_val_accuracy`` are its validation figures. ``stopped_early``: the monitored validation figure did not
     improve for ``patience`` evaluations, which may have happened at the last epoch, with every epoch run.
     """
 
@@ -167,8 +167,7 @@ class TrainResult:
             f"{fmt(self.best_val_accuracy)}); {stop}; reward mean {self.reward_mean:.3f} std {self.reward_std:.3f}"
         )
         if self.averaged_epochs:
-            first = self.history[-1].epoch - self.averaged_epochs + 1 if self.averaged_epochs > 1 else self.history[-1].epoch
-            lines.append(f"model: the mean of the weights of {self.averaged_epochs} epoch(s), {first} to {self.history[-1].epoch} (val loss "
+            lines.append(f"model: the mean of the weights of {self.averaged_epochs} epoch(s), {self.best_epoch} to {self.history[-1].epoch} (val loss "
                          f"{fmt(self.final_val_loss)}, accuracy {fmt(self.final_val_accuracy)})")
         if self.model_path:
             lines.append(f"model: {self.model_path}")
@@ -291,7 +290,7 @@ class _Run:
     schedule: torch.optim.lr_scheduler.LambdaLR
     state: LoopState
     checkpoints: Checkpoints
-    #: the running mean of the epochs' weights (``weight_average="epochs"``), else None
+    #: the running mean of the weights from the best evaluation on (``weight_average="from_best"``), else None
     average: AveragedModel | None = None
 
 
