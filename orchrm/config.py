@@ -221,6 +221,13 @@ class TrainConfig(FrozenConfig):
     #: another's; the mean of the epochs after it is steadier and better
     #: (benchmarks/results/question_reading.md compares the two for each model seed)
     weight_average: Literal["from_best", "none"] = "from_best"
+    #: after training, divide the rewards by the one temperature that best fits the validation
+    #: pairs' outcomes, ``-log sigmoid((r_w - r_l) / T)`` without margins (temperature scaling,
+    #: Guo et al. 2017; the head's last layer is scaled): ``sigmoid(r_a - r_b)`` becomes a
+    #: calibrated chance that ``a`` wins and no ranking changes. The mean of the weights
+    #: (``weight_average``) gives larger reward differences than any one epoch, and the margins
+    #: of the loss push them further; without this its win probabilities are over-confident
+    calibrate: bool = True
     #: use the pair's ``margin`` in the loss: -log sigmoid(r_w - r_l - margin)
     use_margin: bool = True
     #: TRL's center_rewards_coefficient: + coef * mean((r_w + r_l)^2); None = off

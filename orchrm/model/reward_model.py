@@ -271,6 +271,15 @@ class BradleyTerryModel(nn.Module):
         feats = inputs if isinstance(inputs, Tensor) else self.features(inputs)
         return self.head(feats).squeeze(-1).float()
 
+    @torch.no_grad()
+    def scale_rewards(self, factor: float) -> None:
+        """Multiply every reward by ``factor`` > 0 (the head's last layer); the order of any rewards is kept."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"the reward scale must be a finite positive number, got {factor}")
+        last = self.head[-1]
+        last.weight.mul_(factor)
+        last.bias.mul_(factor)
+
     def score(
         self,
         prompts: str | Sequence[str],

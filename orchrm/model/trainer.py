@@ -99,7 +99,8 @@ class TrainResult:
     call (evaluation and checkpoints excluded). ``model`` is the trained model: the mean of the
     weights of the ``averaged_epochs`` evaluated epochs from the best one on
     (``weight_average="from_best"``), else the best validation weights when ``restore_best``;
-    ``final_val_loss``/``final_val_accuracy`` are its validation figures. ``stopped_early``: the monitored validation figure did not
+    ``final_val_loss``/``final_val_accuracy`` are its validation figures, after its rewards were
+    divided by ``temperature`` (``calibrate``). ``stopped_early``: the monitored validation figure did not
     improve for ``patience`` evaluations, which may have happened at the last epoch, with every epoch run.
     """
 
@@ -124,6 +125,9 @@ class TrainResult:
     averaged_epochs: int = 0
     final_val_loss: float | None = None
     final_val_accuracy: float | None = None
+    #: the rewards were divided by this temperature, fitted on the validation pairs
+    #: (``TrainConfig.calibrate``); None: not calibrated
+    temperature: float | None = None
     model: BradleyTerryModel | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -169,6 +173,8 @@ class TrainResult:
         if self.averaged_epochs:
             lines.append(f"model: the mean of the weights of {self.averaged_epochs} epoch(s), {self.best_epoch} to {self.history[-1].epoch} (val loss "
                          f"{fmt(self.final_val_loss)}, accuracy {fmt(self.final_val_accuracy)})")
+        if self.temperature is not None:
+            lines.append(f"calibrated: rewards divided by temperature {self.temperature:.3f}, fitted on the validation pairs")
         if self.model_path:
             lines.append(f"model: {self.model_path}")
         return "\n".join(lines)
@@ -493,6 +499,7 @@ class Trainer:
                     p.copy_(mean)
         elif run.cfg.restore_best:
             run.checkpoints.restore_best(model, state)
+        temperature = self._calibrate(model, run) if run.cfg.calibrate else None
         final_loss, final_acc = self._evaluate(model, run.val, run.cfg, run.device, run.dist, run.val_features)
         model.reward_mean, model.reward_std = self._reward_stats(model, run.val or run.train, run.device)
         result = TrainResult(
@@ -514,6 +521,7 @@ class Trainer:
             averaged_epochs=state.averaged if run.average is not None else 0,
             final_val_loss=final_loss,
             final_val_accuracy=final_acc,
+            temperature=temperature,
             model=model,
         )
         model.manifest = self._manifest(result, run)
@@ -525,8 +533,15 @@ class Trainer:
     # -- one step ----------------------------------------------------------------------------
 
     def _loss(self, net, data: _Encoded, pair_ids, cfg: TrainConfig, device, features: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Mean BT loss of the pairs ``pair_ids`` and how many of them rank right; each distinct
-        candidate is encoded once and its reward gathered by every pair that uses it."""
+        """Mean BT loss of the pairs ``pair_ids`` and how many of them rank right."""
+        r_chosen, r_rejected, s = self._pair_rewards(net, data, pair_ids, device, features)
+        margin = torch.from_numpy(s.margin).to(device) if cfg.use_margin else None
+        loss = bt_loss(r_chosen, r_rejected, margin, center_rewards_coefficient=cfg.center_rewards_coefficient)
+        return loss, (r_chosen > r_rejected).sum()
+
+    def _pair_rewards(self, net, data: _Encoded, pair_ids, device, features: Tensor | None):
+        """The chosen and rejected rewards of the pairs ``pair_ids`` and their step inputs; each
+        distinct candidate is encoded once and its reward gathered by every pair that uses it."""
         s = step_inputs(data.index, pair_ids)
         if features is not None:
             rewards = net(features[torch.from_numpy(s.candidates).to(device)])
@@ -539,9 +554,7 @@ class Trainer:
             rewards = net(batch.to(device))
         r_chosen = rewards[torch.from_numpy(s.chosen_pos).to(device)]
         r_rejected = rewards[torch.from_numpy(s.rejected_pos).to(device)]
-        margin = torch.from_numpy(s.margin).to(device) if cfg.use_margin else None
-        loss = bt_loss(r_chosen, r_rejected, margin, center_rewards_coefficient=cfg.center_rewards_coefficient)
-        return loss, (r_chosen > r_rejected).sum()
+        return r_chosen, r_rejected, s
 
     @torch.no_grad()
     def _evaluate(self, model, data: _Encoded | None, cfg, device, dist: _Dist, features) -> tuple[float | None, float | None]:
@@ -554,6 +567,22 @@ class Trainer:
             sums += (float(loss) * len(pair_ids), float(correct), len(pair_ids))
         loss_sum, correct_sum, n = dist.sum(list(sums), device)
         return loss_sum / n, correct_sum / n
+
+    @torch.no_grad()
+    def _calibrate(self, model: BradleyTerryModel, run: _Run) -> float | None:
+        """Scale the rewards by the inverse of the temperature fitted on the validation pairs
+        (``TrainConfig.calibrate``) and return the temperature; None without validation pairs."""
+        if run.val is None:
+            return None
+        model.eval()
+        diffs = []
+        batches = task_batches(run.val.index, max(run.cfg.batch_size, 64), seed=0, epoch=0, shuffle=False)
+        for pair_ids in _shard(batches, run.dist, pad=False):
+            r_chosen, r_rejected, _ = self._pair_rewards(model, run.val, pair_ids, run.device, run.val_features)
+            diffs.append((r_chosen - r_rejected).double().cpu().numpy())
+        scale = _inverse_temperature(np.concatenate(diffs) if diffs else np.zeros(0), run.dist, run.device)
+        model.scale_rewards(scale)
+        return 1.0 / scale
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -658,6 +687,7 @@ class Trainer:
             "averaged_epochs": result.averaged_epochs,
             "final_val_loss": result.final_val_loss,
             "final_val_accuracy": result.final_val_accuracy,
+            "temperature": result.temperature,
             "train_config": run.cfg.model_dump(mode="json"),
             INTERMEDIATE_FORMAT_KEY: _intermediate_format(frame),
         }
@@ -673,6 +703,35 @@ def _averager(model: BradleyTerryModel, state: LoopState) -> AveragedModel:
                 p.copy_(state.average[name])
         average.n_averaged.fill_(state.averaged)
     return average
+
+
+def _inverse_temperature(diffs: np.ndarray, dist: _Dist, device, *, bounds: tuple[float, float] = (1e-2, 1e2)) -> float:
+    """The ``s`` in ``bounds`` that minimises ``sum(log(1 + exp(-s * d)))`` over every rank's
+    reward differences ``d`` (chosen minus rejected): Newton's method on this convex function of
+    one number, its gradient and curvature summed across ranks. 1.0 when the pairs say nothing
+    (none, or every difference zero); a bound when every pair is ordered right (or every one wrong).
+
+    >>> d = np.array([2.0, 2.0, 2.0, -2.0])  # 3 in 4 right: sigmoid(s * 2) = 0.75 at the optimum
+    >>> round(float(1 / (1 + np.exp(-2 * _inverse_temperature(d, _Dist(), None)))), 4)
+    0.75
+    """
+    lo, hi = bounds
+    right, wrong = dist.sum([float(np.sum(diffs > 0)), float(np.sum(diffs < 0))], device)
+    if right == 0 and wrong == 0:
+        return 1.0
+    if wrong == 0 or right == 0:  # the loss falls without end as the scale grows (shrinks): its bound
+        return hi if wrong == 0 else lo
+    s = 1.0
+    for _ in range(200):
+        z = s * diffs
+        p = 0.5 * (1.0 + np.tanh(-0.5 * z))  # sigmoid(-z), stable
+        grad, curve = dist.sum([float(np.sum(-diffs * p)), float(np.sum(diffs * diffs * p * (1.0 - p)))], device)
+        step = grad / curve if curve > 0 else -np.sign(grad) * s
+        new = float(np.clip(s - step, max(lo, s / 4), min(hi, s * 4)))
+        if abs(new - s) <= 1e-9 * s:
+            return new
+        s = new
+    return s
 
 
 def _intermediate_format(frame: pd.DataFrame) -> str:

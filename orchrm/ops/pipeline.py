@@ -489,6 +489,8 @@ def _train_step(run: _Run, pairs: Pairs) -> TrainedModel:
         model = _call(run.stages.train, pairs, config=config, out_dir=str(run.out), parent_run_id=run.parent)
         averaged = (f"; the model: the mean of the last {model.averaged_epochs} epoch(s), validation loss {model.final_val_loss:.4f}"
                     if model.averaged_epochs and model.final_val_loss is not None else "")
+        if model.temperature is not None:
+            averaged += f", calibrated (rewards divided by {model.temperature:.2f})"
         best = "none" if model.best_val_loss is None else f"{model.best_val_loss:.4f}"
         run.say(f"{model.epochs} epoch(s) in {model.train_seconds:.1f} s, best validation loss {best}{averaged}; {model.model_path}")
     return model

@@ -169,6 +169,8 @@ class TrainedModel:
     averaged_epochs: int = 0
     #: the model's own validation loss (None without validation pairs, or in an older result)
     final_val_loss: float | None = None
+    #: the temperature the rewards were divided by, fitted on the validation pairs (None: not calibrated)
+    temperature: float | None = None
 
     @property
     def model_id(self) -> str | None:
@@ -685,6 +687,7 @@ def train_stage(pairs: Pairs, *, config: PipelineConfig, out_dir: str | os.PathL
         model_uri=model_uri,
         averaged_epochs=int(result.get("averaged_epochs") or 0),
         final_val_loss=result.get("final_val_loss"),
+        temperature=result.get("temperature"),
     )
 
 

@@ -477,6 +477,7 @@ class MlflowCallback(TrainCallback):
             "averaged_epochs": result.averaged_epochs,
             "final_val_loss": result.final_val_loss,
             "final_val_accuracy": result.final_val_accuracy,
+            "temperature": result.temperature,
             "steps": result.steps,
             "train_pairs": result.train_pairs,
             "val_pairs": result.val_pairs,

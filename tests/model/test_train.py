@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -305,7 +306,7 @@ def test_early_stopping_restores_the_best_weights(small_pairs, tiny_model_kwargs
     flipped = _contradicting_validation(small_pairs)
     val = flipped["split"] == "val"
     model = BradleyTerryModel(**tiny_model_kwargs)
-    result = Trainer(model=model, patience=2, monitor="val_loss", weight_average="none", **SMALL).train(pairs=flipped, epochs=12)
+    result = Trainer(model=model, patience=2, monitor="val_loss", weight_average="none", calibrate=False, **SMALL).train(pairs=flipped, epochs=12)
     assert result.stopped_early and len(result.history) < 12
     assert result.best_epoch == min(range(len(result.history)), key=lambda i: result.history[i].val_loss) + 1
     val_rows = flipped[val]
@@ -339,7 +340,7 @@ def test_the_model_is_the_mean_of_the_weights_from_the_best_epoch_on_and_reports
     flipped = _contradicting_validation(small_pairs)  # the validation loss is lowest early, then rises
     snapshots = Snapshots()
     model = BradleyTerryModel(**tiny_model_kwargs)
-    result = Trainer(model=model, patience=10, callbacks=[snapshots], **SMALL).train(pairs=flipped, epochs=4)
+    result = Trainer(model=model, patience=10, callbacks=[snapshots], calibrate=False, **SMALL).train(pairs=flipped, epochs=4)
     averaged = snapshots.weights[result.best_epoch - 1:]
     assert result.best_epoch < 4 and result.averaged_epochs == len(averaged) == 5 - result.best_epoch
     for name, p in model.named_parameters():
@@ -356,8 +357,60 @@ def test_the_model_is_the_mean_of_the_weights_from_the_best_epoch_on_and_reports
 def test_a_new_best_epoch_restarts_the_mean(small_pairs, tiny_model_kwargs):
     result = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), patience=10, **SMALL).train(pairs=small_pairs, epochs=3)
     assert result.averaged_epochs == 4 - result.best_epoch
-    none = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), patience=10, weight_average="none", **SMALL).train(pairs=small_pairs, epochs=3)
+    none = Trainer(model=BradleyTerryModel(**tiny_model_kwargs), patience=10, weight_average="none", calibrate=False,
+                   **SMALL).train(pairs=small_pairs, epochs=3)
     assert none.averaged_epochs == 0 and none.final_val_loss == pytest.approx(none.best_val_loss)
+
+
+def _nll(diffs: torch.Tensor) -> float:
+    """The validation pairs' Bradley-Terry loss without margins."""
+    return float(-torch.nn.functional.logsigmoid(diffs.double()).mean())
+
+
+def test_calibration_divides_the_rewards_by_the_temperature_that_best_fits_the_validation_pairs(small_pairs, tiny_model_kwargs):
+    val_rows = small_pairs[small_pairs["split"] == "val"]
+    prompts = val_rows["prompt"].tolist()
+
+    def diffs(model):
+        return model.score(prompts, val_rows["chosen"].tolist()) - model.score(prompts, val_rows["rejected"].tolist())
+
+    raw_model, calibrated_model = BradleyTerryModel(**tiny_model_kwargs), BradleyTerryModel(**tiny_model_kwargs)
+    raw = Trainer(model=raw_model, calibrate=False, **SMALL).train(pairs=small_pairs, epochs=4)
+    calibrated = Trainer(model=calibrated_model, **SMALL).train(pairs=small_pairs, epochs=4)
+    assert raw.temperature is None and "calibrated" not in str(raw)
+    t = calibrated.temperature
+    assert t is not None and math.isfinite(t) and t > 0 and t != 1.0
+    # the same weights but the head's scale: every reward divided by T, so no ranking changes
+    texts = (prompts, val_rows["chosen"].tolist())
+    assert torch.allclose(calibrated_model.score(*texts), raw_model.score(*texts) / t, rtol=1e-4, atol=1e-5)
+    assert calibrated.final_val_accuracy == pytest.approx(raw.final_val_accuracy)
+    # T is the best temperature for these pairs: 10% either way fits them worse
+    d = diffs(calibrated_model)
+    assert _nll(d) < min(_nll(d * 1.1), _nll(d / 1.1))
+    assert _nll(d) <= _nll(diffs(raw_model))
+    assert calibrated_model.manifest["temperature"] == pytest.approx(t)
+    assert f"rewards divided by temperature {t:.3f}" in str(calibrated)
+
+
+def test_the_temperature_of_pairs_that_say_nothing_or_everything():
+    from orchrm.model.trainer import _Dist, _inverse_temperature
+
+    assert _inverse_temperature(np.zeros(0), _Dist(), None) == 1.0
+    assert _inverse_temperature(np.zeros(5), _Dist(), None) == 1.0
+    # every pair ordered right: the loss falls without end as the scale grows; the scale stops at its bound
+    assert _inverse_temperature(np.array([0.5, 1.0, 2.0]), _Dist(), None) == pytest.approx(100.0)
+    assert _inverse_temperature(np.array([-0.5, 0.0, -2.0]), _Dist(), None) == pytest.approx(0.01)
+    # three right, one as wrong: sigmoid(s * d) = 0.75 at the optimum, whatever the scale of d
+    for scale in (0.1, 1.0, 30.0):
+        s = _inverse_temperature(scale * np.array([1.0, 1.0, 1.0, -1.0]), _Dist(), None)
+        assert 1 / (1 + math.exp(-s * scale)) == pytest.approx(0.75, abs=1e-6)
+
+
+def test_the_reward_scale_must_be_positive(tiny_model_kwargs):
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="finite positive"):
+            model.scale_rewards(bad)
 
 
 def test_callbacks_see_the_run(small_pairs, tiny_model_kwargs):
