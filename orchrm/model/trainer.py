@@ -580,7 +580,13 @@ class Trainer:
         for pair_ids in _shard(batches, run.dist, pad=False):
             r_chosen, r_rejected, _ = self._pair_rewards(model, run.val, pair_ids, run.device, run.val_features)
             diffs.append((r_chosen - r_rejected).double().cpu().numpy())
-        scale = _inverse_temperature(np.concatenate(diffs) if diffs else np.zeros(0), run.dist, run.device)
+        diffs = np.concatenate(diffs) if diffs else np.zeros(0)
+        if not np.isfinite(diffs).all():
+            raise TrainingError(
+                f"the trained model gives non-finite rewards to {int((~np.isfinite(diffs)).sum())} validation pair(s); "
+                f"{run.checkpoints.kept(run.state)}. Lower the learning rate or check the pairs."
+            )
+        scale = _inverse_temperature(diffs, run.dist, run.device)
         model.scale_rewards(scale)
         return 1.0 / scale
 

@@ -161,6 +161,9 @@ def test_callback_logs_params_and_per_step_and_per_epoch_metrics(store):
     assert [m.step for m in epochs] == [1, 2, 3, 4] or [m.step for m in epochs] == [0, 1, 2, 3]
     assert len(c.get_metric_history(store.train_run, "loss")) >= 2
     assert "train.reward_std" in run.data.metrics
+    # the model's temperature and its own validation figures (after averaging and calibration)
+    assert {"train.temperature", "train.final_val_loss", "train.averaged_epochs"} <= set(run.data.metrics)
+    assert run.data.metrics["train.temperature"] > 0
 
 
 def test_pairs_are_an_mlflow_dataset_with_their_digest(store):

@@ -406,6 +406,19 @@ def test_the_temperature_of_pairs_that_say_nothing_or_everything():
         assert 1 / (1 + math.exp(-s * scale)) == pytest.approx(0.75, abs=1e-6)
 
 
+def test_a_model_that_ends_with_non_finite_rewards_is_not_calibrated_but_named(small_pairs, tiny_model_kwargs):
+    class Spoil(TrainCallback):  # the last epoch's weights go bad after its checkpoint was written
+        def on_eval(self, record, model):
+            if record.epoch == 2:
+                with torch.no_grad():
+                    model.head[-1].bias.fill_(math.nan)
+
+    model = BradleyTerryModel(**tiny_model_kwargs)
+    trainer = Trainer(model=model, weight_average="none", restore_best=False, callbacks=[Spoil()], **SMALL)
+    with pytest.raises(TrainingError, match=r"non-finite rewards to \d+ validation pair"):
+        trainer.train(pairs=small_pairs, epochs=2)
+
+
 def test_the_reward_scale_must_be_positive(tiny_model_kwargs):
     model = BradleyTerryModel(**tiny_model_kwargs)
     for bad in (0.0, -1.0, math.nan, math.inf):
