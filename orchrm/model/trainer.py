@@ -562,7 +562,7 @@ class Trainer:
             return None, None
         model.eval()
         sums = np.zeros(3)
-        for pair_ids in _shard(task_batches(data.index, max(cfg.batch_size, 64), seed=0, epoch=0, shuffle=False), dist, pad=False):
+        for pair_ids in _eval_batches(data, cfg, dist):
             loss, correct = self._loss(model, data, pair_ids, cfg, device, features)
             sums += (float(loss) * len(pair_ids), float(correct), len(pair_ids))
         loss_sum, correct_sum, n = dist.sum(list(sums), device)
@@ -576,8 +576,7 @@ class Trainer:
             return None
         model.eval()
         diffs = []
-        batches = task_batches(run.val.index, max(run.cfg.batch_size, 64), seed=0, epoch=0, shuffle=False)
-        for pair_ids in _shard(batches, run.dist, pad=False):
+        for pair_ids in _eval_batches(run.val, run.cfg, run.dist):
             r_chosen, r_rejected, _ = self._pair_rewards(model, run.val, pair_ids, run.device, run.val_features)
             diffs.append((r_chosen - r_rejected).double().cpu().numpy())
         diffs = np.concatenate(diffs) if diffs else np.zeros(0)
@@ -709,6 +708,11 @@ def _averager(model: BradleyTerryModel, state: LoopState) -> AveragedModel:
                 p.copy_(state.average[name])
         average.n_averaged.fill_(state.averaged)
     return average
+
+
+def _eval_batches(data: _Encoded, cfg: TrainConfig, dist: _Dist) -> list[np.ndarray]:
+    """This rank's share of ``data``'s pairs in evaluation batches: in order, unpadded."""
+    return _shard(task_batches(data.index, max(cfg.batch_size, 64), seed=0, epoch=0, shuffle=False), dist, pad=False)
 
 
 def _inverse_temperature(diffs: np.ndarray, dist: _Dist, device, *, bounds: tuple[float, float] = (1e-2, 1e2)) -> float:
