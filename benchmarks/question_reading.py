@@ -26,7 +26,9 @@ features (:mod:`benchmarks.common.feature_baseline`) are fitted on the same pair
 the same pool the same three ways: an estimate of what the text allows. ``logreg`` reads the
 domain, its question features and word n-grams; ``logreg_ngrams`` the domain and n-grams;
 ``logreg_domain`` the domain alone (a per-domain plan prior: what a model that ignores the question
-can reach). A learning curve repeats the reward model (``--model-seeds`` seeds, model and training
+can reach). ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
+training): the one part of the pair table that is written by reading the question, the
+``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model (``--model-seeds`` seeds, model and training
 seed together) and ``logreg`` over collections of ``--curve`` distinct tasks per domain. At the
 default config's point every seed is also checked against the targets, and its trained model (the
 mean of the weights from the best validation epoch on) is compared with the same run's best epoch
@@ -278,6 +280,28 @@ def rm_scorer(model: Any) -> Scorer:
     return lambda questions, plans, domains: score_texts(model, [plan_prompt(q) for q in questions], plans)
 
 
+def rule_scorer(frame_domains: Sequence[str]) -> Scorer:
+    """The specialized orchestrator's rule of thumb as a scorer: each domain's
+    :class:`~orchrm.execution.tasks.base.PlanHeuristic` applied to the question shown, without the
+    sampler's Gumbel noise. It reads only the question text, so it shows how much the rule that
+    writes the ``specialized-over-base`` pairs reads the question. It scores the rows of a pool
+    frame whose domains are ``frame_domains`` (the plan-alone variant shows it no domain: it then
+    reads an empty question of the row's domain); a domain without a rule scores every plan 0."""
+    from orchrm.execution.tasks.base import plan_heuristic
+    from orchrm.plans import Plan
+
+    def score(questions: list[str], plans: list[str], domains: list[Any]) -> np.ndarray:
+        if len(questions) != len(frame_domains):
+            raise ValueError(f"the rule scores the {len(frame_domains)} rows of its pool frame, not {len(questions)}")
+        out = np.zeros(len(questions))
+        for i, (question, plan, domain) in enumerate(zip(questions, plans, frame_domains, strict=True)):
+            if (rule := plan_heuristic(domain)) is not None:
+                out[i] = rule.score(rule.features(question), Plan.parse(plan))
+        return out
+
+    return score
+
+
 def baseline_scorer(model: PairwiseLogit) -> Scorer:
     return lambda questions, plans, domains: model.score(questions, plans, domains=domains)
 
@@ -455,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         per_task[name] = pick_with_questions(baseline_scorer(model), frame, partner)
         accuracy[name] = pairwise_accuracy(baseline_scorer(model), pairs.frame)
         info[name] = model.describe() | {"fit_seconds": round(fit_s, 1)}
+    # the rule of thumb that writes the specialized-over-base pairs, read the same three ways (no training)
+    per_task["rule"] = pick_with_questions(rule_scorer(list(frame["domain"])), frame, partner)
     rows = [r for name, t in per_task.items() for r in _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer=name)]
     for name, t in per_task.items():
         print(f"{name}: " + "; ".join(f"{r['domain']} own {r['own']['mean']:.3f} swap cost {100 * r['swap_cost']['mean']:+.1f}"
@@ -511,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         # the same targets for every model seed of the default config (its curve point): one seed's picks are noisy
         "targets_by_seed": [{"model_seed": seed, **target_checks(rs)} for seed, rs in _default_seed_rows(curve, default_tasks)],
         # each baseline against the reward model on the same tasks: > 0 where the baseline's pick is better
-        "baseline_minus_reward_model": [r for name in fitted_baselines for r in _records(
+        "baseline_minus_reward_model": [r for name in [*fitted_baselines, "rule"] for r in _records(
             versus(per_task[name], head, bootstrap=args.bootstrap, seed=args.seed), scorer=name)],
         "curve": curve,
         # the default config's mean of weights against the same run's best epoch alone, per model seed

@@ -16,6 +16,7 @@ SCORERS = {
     "logreg": "logreg (domain, question features, n-grams)",
     "logreg_ngrams": "logreg (domain, n-grams)",
     "logreg_domain": "logreg (domain only)",
+    "rule": "the specialized orchestrator's rule (no training)",
 }
 
 
@@ -207,6 +208,14 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
         lines.append(f"- **A plan prior per domain** ({_name('logreg_domain')}: it never reads the question) minus the reward "
                      "model: " + "; ".join(f"{d} {_pts(prior[d]['own'])}" for d in [*_domains(res), "all"] if d in prior)
                      + " pts: where it is above zero the reward model has not even learned the domain's plan prior.")
+    rule = {r["domain"]: r for r in res.rows("rows") if r["scorer"] == "rule"}
+    if "all" in rule and ("reward_model", "all") in rows:
+        r, rm = rule["all"], rows[("reward_model", "all")]
+        lines.append(f"- **The rule that writes the specialized-over-base pairs** ({_name('rule')}: it reads only the "
+                     f"question): swapping the question costs it {_pts(r['swap_cost'])} pts over all domains ("
+                     + "; ".join(f"{d} {_pts(rule[d]['swap_cost'])}" for d in _domains(res) if d in rule)
+                     + f"), the reward model {_pts(rm['swap_cost'])}; its own-question pick is {_q(r['own'])}, the reward "
+                     f"model's {_q(rm['own'])}.")
     means = _curve_means(res)
     parts = []
     for scorer in ("reward_model", baseline):
@@ -236,7 +245,9 @@ def page(res: Record) -> list[str]:
             "Swap cost: the own-question pick minus the swapped-question pick; above zero when reading this task's question helps. "
             "Gap closed: share of the random -> expected-oracle gap, as in the best-of-N page. The baselines are pairwise "
             "logistic regressions on question features crossed with plan features (`benchmarks/common/feature_baseline.py`), "
-            "fitted on the same pair table (train split, L2 chosen on val).", "",
+            "fitted on the same pair table (train split, L2 chosen on val). The specialized orchestrator's rule is each domain's "
+            "rule of thumb (`orchrm.execution.tasks.base.plan_heuristic`) scoring the candidates from the question text, "
+            "without training and without the sampler's noise: the `specialized-over-base` pairs are written by it.", "",
             "Held-out pairwise accuracy (test split of the pairs): " + ", ".join(f"{_name(k)} {num(acc[k])}" for k in acc) + ".", "",
             "## References", "", *_references(res), "",
             "The expected oracle picks each task's plan on re-runs of its own and is scored on the pool's other "
@@ -254,7 +265,7 @@ def page(res: Record) -> list[str]:
 
 
 def section(res: Record) -> list[str]:
-    return [*_intro(res), *_targets(res), *_targets_by_seed(res), *_main_table(res, ["reward_model", "logreg"]), "", *_references(res), "",
+    return [*_intro(res), *_targets(res), *_targets_by_seed(res), *_main_table(res, ["reward_model", "logreg", "rule"]), "", *_references(res), "",
             "Where the information runs out:", "", *verdict(res), "",
             "Learning curve (own-question quality / swap cost in points / gap closed; mean over model seeds):", "",
             *_curve_table(res), ""]

@@ -128,3 +128,19 @@ def test_the_targets_are_read_off_the_summary_per_domain():
     # cost-only takes the priciest plan (candidate 2), right on a third of the tasks: the reader beats it
     assert all(c["over_cost_only"] and c["gap_closed"] for c in checks["per_domain"].values())
     assert checks["met"] == all(c["over_length_only"] for c in checks["per_domain"].values())
+
+
+def test_the_rule_scorer_reads_the_question_it_is_shown():
+    from benchmarks.question_reading import rule_scorer
+
+    trap = "What is the country in which the city where the company that employs Fumron Lum was headquartered before it relocated lies?"
+    plain = "What is the country in which the city where the company that employs Fumron Lum is headquartered lies?"
+    large = '<agent id="a1" type="CoT" model="large"/>'
+    vote = '<agent id="a1" type="SelfConsistency" model="small" k="5"/>'
+    score = rule_scorer(["multihop"] * 4 + ["no-such-domain"])
+    r = score([trap, trap, plain, plain, trap], [large, vote, large, vote, large], [None] * 5)
+    # a trap phrasing is misread alike by every vote of a small model: the rule wants the large tier there
+    assert r[0] - r[1] > r[2] - r[3]
+    assert r[4] == 0.0  # a domain without a rule scores every plan alike
+    with pytest.raises(ValueError, match="5 rows of its pool frame, not 2"):
+        score([trap, plain], [large, vote], [None, None])
