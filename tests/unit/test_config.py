@@ -13,10 +13,13 @@ from orchrm.config import (
 )
 from orchrm.errors import ConfigError
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+#: the benchmarks' ablation configs, loaded by the same code
+BENCH_CONFIGS = sorted((ROOT / "benchmarks" / "configs").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CONFIGS + BENCH_CONFIGS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_shipped_config_loads(path):
     cfg = load_config(path)
     assert isinstance(cfg, PipelineConfig)
@@ -24,6 +27,14 @@ def test_every_shipped_config_loads(path):
 
 def test_shipped_configs_exist():
     assert {p.name for p in CONFIGS} >= {"default.yaml", "tiny.yaml", "gpu.yaml"}
+    assert {p.name for p in BENCH_CONFIGS} >= {"no_prior_pairs.yaml", "prior_margin_1.yaml"}
+
+
+def test_an_ablation_changes_only_what_it_says():
+    default = load_config(ROOT / "configs" / "default.yaml")
+    no_prior = load_config(ROOT / "benchmarks" / "configs" / "no_prior_pairs.yaml")
+    assert "specialized-over-base" not in no_prior.pairs.sources
+    assert no_prior != default and no_prior.model_copy(update={"pairs": default.pairs}) == default
 
 
 def test_unknown_field_is_named(tmp_path):
