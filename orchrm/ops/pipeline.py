@@ -487,15 +487,16 @@ def _train_step(run: _Run, pairs: Pairs) -> TrainedModel:
     launcher = "torchrun" if config.pipeline.launcher == "torchrun" else "a subprocess"
     with run.clock.stage("train", f"5/8 train the Bradley-Terry reward model ({config.model.encoder} encoder, in {launcher})"):
         model = _call(run.stages.train, pairs, config=config, out_dir=str(run.out), parent_run_id=run.parent)
-        averaged = ""
+        saved = []  # what the saved model is: which weights, and its calibration
         if model.final_val_loss is not None and model.averaged_epochs:
             weights = ("its best epoch's weights (the last)" if model.averaged_epochs == 1
                        else f"the mean of the last {model.averaged_epochs} epochs' weights")
-            averaged = f"; the model: {weights}, validation loss {model.final_val_loss:.4f}"
+            saved.append(f"{weights}, validation loss {model.final_val_loss:.4f}")
         if model.temperature is not None:
-            averaged += f", calibrated (rewards divided by {model.temperature:.2f})"
+            saved.append(f"calibrated (rewards divided by {model.temperature:.2f})")
         best = "none" if model.best_val_loss is None else f"{model.best_val_loss:.4f}"
-        run.say(f"{model.epochs} epoch(s) in {model.train_seconds:.1f} s, best validation loss {best}{averaged}; {model.model_path}")
+        about = f"; the model: {', '.join(saved)}" if saved else ""
+        run.say(f"{model.epochs} epoch(s) in {model.train_seconds:.1f} s, best validation loss {best}{about}; {model.model_path}")
     return model
 
 

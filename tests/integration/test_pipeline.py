@@ -1,5 +1,6 @@
 """The pipeline end to end: the write-up's API as written, and the demo on the tiny config."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,9 @@ def test_demo_runs_the_pipeline_then_the_champion_picks_a_plan(tmp_path):
         assert (tmp_path / "run" / name).exists(), name
     assert result.pipeline.status == "promoted", f"{result.pipeline.message}\n{result.pipeline.verdict}"  # no champion to beat yet
     assert result.example is not None and "executed only the best" in text
+    # the training line says which weights were saved and the temperature they were calibrated with
+    assert re.search(r"best validation loss [\d.]+; the model: (its best epoch's weights \(the last\)|the mean of the last "
+                     r"\d+ epochs' weights), validation loss [\d.]+, calibrated \(rewards divided by [\d.]+\); ", text), text
     assert f"verdict: {result.pipeline.status}" in text and "champion: version 1" in text
     assert "ui --backend-store-uri sqlite:///" in text and "server start" in text
     the_mlflow_ui_shows_what_the_demo_made(result.pipeline, tmp_path)
