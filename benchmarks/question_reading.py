@@ -28,8 +28,9 @@ domain, its question features and word n-grams; ``logreg_ngrams`` the domain and
 ``logreg_domain`` the domain alone (a per-domain plan prior: what a model that ignores the question
 can reach). ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
 training): the one part of the pair table that is written by reading the question, the
-``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model (``--model-seeds`` seeds, model and training
-seed together) and ``logreg`` over collections of ``--curve`` distinct tasks per domain. At the
+``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model
+(``--model-seeds`` seeds, model and training seed together) and ``logreg`` over collections of
+``--curve`` distinct tasks per domain. At the
 default config's point every seed is also checked against the targets, and its trained model (the
 mean of the weights from the best validation epoch on) is compared with the same run's best epoch
 alone (what ``weight_average: none`` returns).
