@@ -303,6 +303,21 @@ def rule_scorer(frame_domains: Sequence[str]) -> Scorer:
     return score
 
 
+def mean_scorer(scorers: Sequence[Scorer]) -> Scorer:
+    """The mean of several scorers' standardised scores (each divided by its spread over the rows
+    scored, so no scorer weighs more for a larger reward scale): an ensemble of the default
+    config's model seeds, trained apart."""
+
+    def score(questions: list[str], plans: list[str], domains: list[Any]) -> np.ndarray:
+        total = np.zeros(len(questions))
+        for scorer in scorers:
+            r = np.asarray(scorer(questions, plans, domains), dtype=float)
+            total += (r - r.mean()) / (r.std() or 1.0)
+        return total / len(scorers)
+
+    return score
+
+
 def baseline_scorer(model: PairwiseLogit) -> Scorer:
     return lambda questions, plans, domains: model.score(questions, plans, domains=domains)
 
@@ -488,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                                        for r in summarise(t, bootstrap=0, seed=0)), file=sys.stderr, flush=True)
 
     # the learning curve
-    curve, best_epoch = [], []
+    curve, best_epoch, seed_models = [], [], []
     t0 = time.perf_counter()
     for tasks in args.curve:
         cfg = with_tasks(config, tasks)
@@ -496,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== curve: {tasks} tasks per domain, seed {seed}", file=sys.stderr, flush=True)
             cpairs, cfit = trained(with_seed(cfg, seed))
             t = pick_with_questions(rm_scorer(cfit.model), frame, partner)
+            if tasks == default_tasks:
+                seed_models.append(cfit.model)
             if tasks == default_tasks and (best_model := cfit.best_epoch_model()) is not None:
                 # the same run's best validation epoch alone: what weight_average="none" returns
                 best_t = pick_with_questions(rm_scorer(best_model), frame, partner)
@@ -516,6 +533,15 @@ def main(argv: list[str] | None = None) -> int:
                               tasks_with_pairs=_tasks_with_pairs(cpairs.frame), train_seconds=round(fit_s, 1),
                               pairwise_accuracy=pairwise_accuracy(baseline_scorer(model), cpairs.frame))
     seconds["curve"] = round(time.perf_counter() - t0, 1)
+    # the default config's seeds, trained apart, as one ensemble: the mean of their standardised rewards
+    seed_ensemble, seed_ensemble_targets = [], None
+    if len(seed_models) > 1:
+        t = pick_with_questions(mean_scorer([rm_scorer(m) for m in seed_models]), frame, partner)
+        seed_ensemble = _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="seed_ensemble",
+                                 model_seeds=curve_seeds(default_tasks, args))
+        seed_ensemble_targets = target_checks(seed_ensemble)
+        print("seed ensemble: " + "; ".join(f"{r['domain']} own {r['own']['mean']:.3f} swap cost {100 * r['swap_cost']['mean']:+.1f}"
+                                            for r in seed_ensemble), file=sys.stderr, flush=True)
     seconds["total"] = round(time.perf_counter() - t_start, 1)
 
     result = {
@@ -541,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_minus_reward_model": [r for name in [*fitted_baselines, "rule"] for r in _records(
             versus(per_task[name], head, bootstrap=args.bootstrap, seed=args.seed), scorer=name)],
         "curve": curve,
+        # the default config's model seeds as one ensemble (mean of standardised rewards), with its targets
+        "seed_ensemble": seed_ensemble,
+        "seed_ensemble_targets": seed_ensemble_targets,
         # the default config's mean of weights against the same run's best epoch alone, per model seed
         "weights_mean_minus_best_epoch": best_epoch,
         "per_task": {name: _per_task_records(per_task[name]) for name in ("reward_model", "logreg") if name in per_task},

@@ -112,6 +112,21 @@ def _targets_by_seed(res: Record) -> list[str]:
                      held(t, "gap_closed"), mark(t["met"])] for t in runs], right=1), ""]
 
 
+def _seed_ensemble(res: Record) -> list[str]:
+    """The default config's model seeds, trained apart, as one ensemble: its picks and targets."""
+    rows, t = res.get("seed_ensemble") or [], res.get("seed_ensemble_targets")
+    if not rows or not t:
+        return []
+    mark = lambda ok: "met" if ok else "**not met**"  # noqa: E731
+    seeds = ", ".join(str(s) for s in rows[0]["model_seeds"])
+    body = [[r["domain"], _q(r["own"]), _q(r["swapped"]), _pts(r["swap_cost"]), _gap(r["gap_closed_own"]), _pts(r["over_cost_only"]),
+             _pts(r["over_length_only"])] for r in rows]
+    return [f"The same seeds ({seeds}) as one ensemble, trained apart (the mean of their standardised rewards): swap cost "
+            f"{mark(t['swap_met'])} ({t['swap_cost_points']:+.1f} points); every target {mark(t['met'])}.", "",
+            *table(["domain", "own question", "swapped question", "swap cost (pts)", "gap closed", "own - cost-only (pts)",
+                    "own - length-only (pts)"], body, right=1), ""]
+
+
 def _weights_mean(res: Record) -> list[str]:
     """The default config's model (the mean of the weights from the best epoch on) against the same
     run's best epoch alone, per model seed."""
@@ -240,7 +255,8 @@ def _seeds_line(res: Record) -> str:
 def page(res: Record) -> list[str]:
     acc = res["pairwise_accuracy"]
     return ["# Does the reward model read the question? (issue 24)", "", *_intro(res),
-            "## Targets (issue 24, the default model)", "", *_targets(res), *_targets_by_seed(res), *_weights_mean(res),
+            "## Targets (issue 24, the default model)", "", *_targets(res), *_targets_by_seed(res), *_seed_ensemble(res),
+            *_weights_mean(res),
             "## Own question, swapped question, no question", "", *_main_table(res), "",
             "Swap cost: the own-question pick minus the swapped-question pick; above zero when reading this task's question helps. "
             "Gap closed: share of the random -> expected-oracle gap, as in the best-of-N page. The baselines are pairwise "
@@ -265,7 +281,8 @@ def page(res: Record) -> list[str]:
 
 
 def section(res: Record) -> list[str]:
-    return [*_intro(res), *_targets(res), *_targets_by_seed(res), *_main_table(res, ["reward_model", "logreg", "rule"]), "", *_references(res), "",
+    return [*_intro(res), *_targets(res), *_targets_by_seed(res), *_seed_ensemble(res),
+            *_main_table(res, ["reward_model", "logreg", "rule"]), "", *_references(res), "",
             "Where the information runs out:", "", *verdict(res), "",
             "Learning curve (own-question quality / swap cost in points / gap closed; mean over model seeds):", "",
             *_curve_table(res), ""]

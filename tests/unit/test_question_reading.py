@@ -144,3 +144,15 @@ def test_the_rule_scorer_reads_the_question_it_is_shown():
     assert r[4] == 0.0  # a domain without a rule scores every plan alike
     with pytest.raises(ValueError, match="5 rows of its pool frame, not 2"):
         score([trap, plain], [large, vote], [None, None])
+
+
+def test_the_seed_ensemble_weighs_each_scorer_alike_whatever_its_reward_scale():
+    from benchmarks.question_reading import mean_scorer
+
+    loud = lambda q, p, d: 100.0 * np.array([3.0, 2.0, 1.0])  # noqa: E731
+    quiet = lambda q, p, d: np.array([1.0, 2.0, 3.1])  # noqa: E731
+    score = mean_scorer([loud, quiet])(["q"] * 3, ["a", "b", "c"], [None] * 3)
+    # standardised, the two orders cancel out but for the quiet scorer's slightly larger last gap
+    assert score.shape == (3,) and abs(score).max() < 0.1
+    assert mean_scorer([quiet])(["q"] * 3, ["a", "b", "c"], [None] * 3).argmax() == 2
+    assert np.isfinite(mean_scorer([lambda q, p, d: np.ones(3)])(["q"] * 3, ["a", "b", "c"], [None] * 3)).all()
