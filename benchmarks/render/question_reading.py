@@ -231,6 +231,15 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
                      + "; ".join(f"{d} {_pts(rule[d]['swap_cost'])}" for d in _domains(res) if d in rule)
                      + f"), the reward model {_pts(rm['swap_cost'])}; its own-question pick is {_q(r['own'])}, the reward "
                      f"model's {_q(rm['own'])}.")
+    ens = {r["domain"]: r for r in res.get("seed_ensemble") or []}
+    one_seed = _curve_means(res).get((res["settings"]["collection_tasks_per_domain"], "reward_model", "all"))
+    if "all" in ens and one_seed:
+        single = 100 * one_seed["swap"]
+        lines.append(f"- **The seeds, trained apart and averaged** (their standardised rewards): swapping the question costs "
+                     f"the ensemble {_pts(ens['all']['swap_cost'])} pts over all domains ("
+                     + "; ".join(f"{d} {_pts(ens[d]['swap_cost'])}" for d in _domains(res) if d in ens)
+                     + f"), against {single:+.1f} for one seed on average; it picks {_q(ens['all']['own'])}. Each training "
+                     "reads the question through noise of its own, and the mean keeps what the trainings agree on.")
     means = _curve_means(res)
     parts = []
     for scorer in ("reward_model", baseline):
