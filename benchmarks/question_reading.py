@@ -33,7 +33,9 @@ training): the one part of the pair table that is written by reading the questio
 ``--curve`` distinct tasks per domain. At the
 default config's point every seed is also checked against the targets, and its trained model (the
 mean of the weights from the best validation epoch on) is compared with the same run's best epoch
-alone (what ``weight_average: none`` returns).
+alone (what ``weight_average: none`` returns). The default config's seeds are also scored as one
+ensemble, trained apart (:func:`mean_scorer`: the mean of their standardised rewards), with the
+same targets.
 
     nice -n 19 python -m benchmarks.question_reading            # writes results/question_reading.json
     nice -n 19 python -m benchmarks.question_reading --tasks 4 --repeats 2 --curve 4 --model-seeds 0 --out /tmp/qr
