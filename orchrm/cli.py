@@ -136,7 +136,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     pairs, config = _fetched(args.pairs, args.out, "pairs"), _fetched(args.config, args.out, "config")
     cfg = load_config(config)
-    overrides = {k: v for k, v in {"encoder": args.encoder}.items() if v is not None}
+    overrides = {k: v for k, v in {"encoder": args.encoder, "members": args.members}.items() if v is not None}
     model_cfg = with_overrides(cfg.model, overrides)
     train_over = {k: v for k, v in {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr}.items() if v is not None}
     train_cfg = with_overrides(cfg.train, train_over)
@@ -365,6 +365,11 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
         "--encoder", default=None,
         help="scratch (a small BERT trained from scratch, its tokenizer fitted on the pairs) | minilm "
         "(all-MiniLM-L6-v2, offline) | a local Hugging Face model directory (default: the config's, scratch)",
+    )
+    p.add_argument(
+        "--members", type=positive_int, default=None,
+        help="train this many models apart (seeds seed, seed+1, ...) and score with the mean of their standardised "
+        "rewards: reads the question better, costs that many times the training and scoring (default: the config's, 1)",
     )
     p.add_argument("--epochs", type=positive_int, default=None, help="at most this many epochs; early stopping may end sooner (default: the config's, 20)")
     p.add_argument(

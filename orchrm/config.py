@@ -165,6 +165,10 @@ class ModelConfig(FrozenConfig):
     train_layers: int | None = Field(None, ge=0)
     #: seed of the weight initialisation (scratch encoder and head)
     seed: int = Field(0, ge=0)
+    #: models trained apart and scored as one: member ``k`` has model and training seed
+    #: ``seed + k`` and its own early stopping, and the reward is the mean of the members'
+    #: standardised rewards. Training and scoring cost ``members`` times one model's.
+    members: int = Field(1, ge=1, le=16)
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:

@@ -21,6 +21,7 @@ read and checked by :class:`orchrm.model.modelfile.ModelFile`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import os
@@ -103,6 +104,11 @@ def _model_config(config: ModelConfig | None, fields: dict[str, Any]) -> ModelCo
     return with_overrides(ModelConfig() if config is None else config, fields, origin=_ORIGIN)
 
 
+def member_config(cfg: ModelConfig, k: int) -> ModelConfig:
+    """The config of member ``k`` of an ensemble (``ModelConfig.members``): one model, seed ``seed + k``."""
+    return cfg.model_copy(update={"members": 1, "seed": cfg.seed + k})
+
+
 def _learning_rate(lr: Any) -> float:
     """``lr`` checked as the Trainer checks its own (:attr:`TrainConfig.lr`: a finite number > 0;
     None, the Trainer's "the model's lr", and text are no learning rate here)."""
@@ -122,6 +128,12 @@ class BradleyTerryModel(nn.Module):
     A ``scratch`` model has no tokenizer until :meth:`fit_tokenizer` (the Trainer calls it on the
     training texts). Attributes: ``config``, ``lr``, ``reward_mean``/``reward_std`` (of the
     training rewards, for :meth:`score` with ``normalize=True``), ``manifest`` (saved metadata).
+
+    With ``members=K`` > 1 the model is an ensemble of K models of this config, member ``k``
+    initialised with seed ``seed + k``: ``encoder`` and ``head`` are member 0, ``extra`` holds the
+    others, and the reward is the mean of the members' rewards, each standardised by its own
+    training reward statistics (``member_stats``). The Trainer trains the members apart
+    (:meth:`member` / :meth:`set_member`); scoring runs every member.
     """
 
     def __init__(
@@ -148,6 +160,8 @@ class BradleyTerryModel(nn.Module):
             else:
                 encoder_module, tokenizer, special = encoders.load_pretrained_encoder(cfg.encoder, cfg)
             self._setup(cfg, encoder_module, tokenizer, special, lr=lr)
+        if cfg.members > 1:
+            self._attach([BradleyTerryModel(config=member_config(cfg, k), lr=lr) for k in range(1, cfg.members)])
 
     def _setup(self, cfg: ModelConfig, encoder: nn.Module, tokenizer, special: SpecialIds, *, lr: float) -> None:
         if cfg.architecture == "shared_prompt" and not encoders.supports_shared_prompt(encoder):
@@ -176,7 +190,17 @@ class BradleyTerryModel(nn.Module):
         self.reward_mean = 0.0
         self.reward_std = 1.0
         self.manifest: dict[str, Any] = {}
+        self.extra = nn.ModuleList()
         self._apply_train_layers()
+
+    def _attach(self, others: Sequence[BradleyTerryModel]) -> None:
+        """Make this model an ensemble of itself (member 0) and ``others`` (members 1...)."""
+        for m in others:
+            m.tokenizer = self.tokenizer
+        self.extra = nn.ModuleList(others)
+        stats = torch.zeros(len(others) + 1, 2)
+        stats[:, 1] = 1.0
+        self.register_buffer("member_stats", stats)  # (K, 2): each member's training reward mean and std
 
     @classmethod
     def _assemble(cls, cfg: ModelConfig, encoder: nn.Module, tokenizer, special: SpecialIds, *, lr: float):
@@ -197,6 +221,43 @@ class BradleyTerryModel(nn.Module):
 
     # ---------------------------------------------------------------------------------------
     # properties
+
+    @property
+    def members(self) -> int:
+        """How many models this one scores with (``ModelConfig.members``)."""
+        return len(self.extra) + 1
+
+    def member(self, k: int) -> BradleyTerryModel:
+        """A copy of member ``k`` as a model of its own (config :func:`member_config`), for training."""
+        if not 0 <= k < self.members:
+            raise IndexError(f"member {k} of a model with {self.members} member(s)")
+        shared = {id(self.tokenizer): self.tokenizer}  # the tokenizer is shared, not copied
+        if k:
+            one = copy.deepcopy(self.extra[k - 1], shared)
+        else:
+            one = copy.deepcopy(self, shared)
+            one.extra = nn.ModuleList()
+            if "member_stats" in one._buffers:
+                del one.member_stats
+            one.config = member_config(self.config, 0)
+        one.tokenizer = self.tokenizer
+        one.manifest = {}
+        return one
+
+    @torch.no_grad()
+    def set_member(self, k: int, trained: BradleyTerryModel) -> None:
+        """Take ``trained`` (a :meth:`member` copy, trained) as member ``k``: its weights, its reward
+        statistics, and its tokenizer when this model has none yet."""
+        if self.members == 1:
+            raise ConfigError("set_member is for an ensemble (ModelConfig.members > 1)")
+        target = self.extra[k - 1] if k else self
+        target.encoder.load_state_dict(trained.encoder.state_dict())
+        target.head.load_state_dict(trained.head.state_dict())
+        self.member_stats[k] = torch.tensor([trained.reward_mean, trained.reward_std])
+        if self.tokenizer is None:
+            self.tokenizer = trained.tokenizer
+        for m in self.extra:
+            m.tokenizer = self.tokenizer
 
     @property
     def fitted(self) -> bool:
@@ -230,6 +291,8 @@ class BradleyTerryModel(nn.Module):
             texts, vocab_size=self.config.vocab_size, pretokenizer=self.config.pretokenizer
         )
         self.tokenizer = encoders.raw_tokenizer(tok)
+        for m in self.extra:
+            m.tokenizer = self.tokenizer
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens or truncation."""
@@ -267,18 +330,31 @@ class BradleyTerryModel(nn.Module):
         return encoders.pool_actions(hidden, batch)
 
     def forward(self, inputs: TokenBatch | Tensor) -> Tensor:
-        """Rewards (A,) for a packed batch, or for pooled ``features`` (A, width) of a frozen encoder."""
-        feats = inputs if isinstance(inputs, Tensor) else self.features(inputs)
-        return self.head(feats).squeeze(-1).float()
+        """Rewards (A,) for a packed batch, or for pooled ``features`` (A, width) of a frozen encoder
+        (one model only: an ensemble's members each have their own)."""
+        if isinstance(inputs, Tensor):
+            if self.extra:
+                raise ConfigError("an ensemble (members > 1) scores packed batches; cached features belong to one member")
+            return self.head(inputs).squeeze(-1).float()
+        own = self.head(self.features(inputs)).squeeze(-1).float()
+        if not self.extra:
+            return own
+        rewards = torch.stack([own, *(m(inputs) for m in self.extra)])
+        stats = self.member_stats.to(rewards.dtype)
+        return ((rewards - stats[:, :1]) / stats[:, 1:]).mean(0)
 
     @torch.no_grad()
     def scale_rewards(self, factor: float) -> None:
-        """Multiply every reward by ``factor`` > 0 (the head's last layer); the order of any rewards is kept."""
+        """Multiply every reward by ``factor`` > 0 (the head's last layer; an ensemble's every
+        member and the means it standardises them by); the order of any rewards is kept."""
         if not (math.isfinite(factor) and factor > 0):
             raise ValueError(f"the reward scale must be a finite positive number, got {factor}")
-        last = self.head[-1]
-        last.weight.mul_(factor)
-        last.bias.mul_(factor)
+        for m in (self, *self.extra):
+            last = m.head[-1]
+            last.weight.mul_(factor)
+            last.bias.mul_(factor)
+        if self.extra:
+            self.member_stats[:, 0].mul_(factor)
 
     def score(
         self,
@@ -305,7 +381,7 @@ class BradleyTerryModel(nn.Module):
         device = self.device
         out = []
         try:
-            with torch.inference_mode(), encoders.cached_qkv(self.encoder):
+            with torch.inference_mode(), encoders.cached_qkv(self):
                 for batch in self._scoring_batches(prompts, actions, batch_size):
                     out.append(self(batch.to(device)).cpu())
         finally:
@@ -398,7 +474,13 @@ class BradleyTerryModel(nn.Module):
         vocab = getattr(encoder.config, "vocab_size", None) or math.inf
         if not all(type(v) is int and 0 <= v < vocab for v in ids.values()):
             raise ModelFileError(f"{reader.path}: metadata 'special_ids' is damaged ({ids}: not token ids); re-save the model")
-        model = cls._assemble(reader.model_config, encoder, reader.tokenizer(), special, lr=reader.number("lr"))
+        cfg, tokenizer, lr = reader.model_config, reader.tokenizer(), reader.number("lr")
+        model = cls._assemble(cfg, encoder, tokenizer, special, lr=lr)
+        if cfg.members > 1:
+            model._attach([
+                cls._assemble(member_config(cfg, k), encoders.encoder_from_config(reader.json("encoder_config")), tokenizer, special, lr=lr)
+                for k in range(1, cfg.members)
+            ])
         model.load_weights(reader)
         return model.to(device).eval()
 
@@ -419,6 +501,8 @@ class BradleyTerryModel(nn.Module):
                 raise ModelFileError(f"{reader.path}: tensor {key} has shape {tuple(value.shape)}, expected {tuple(mine[key].shape)}")
         self.load_state_dict(state, strict=True)
         self.tokenizer = reader.tokenizer()
+        for m in self.extra:
+            m.tokenizer = self.tokenizer
         self.reward_mean = reader.number("reward_mean")
         self.reward_std = reader.number("reward_std")
         self.manifest = reader.json("manifest")

@@ -29,7 +29,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,10 @@ class TrainResult:
     #: the rewards were divided by this temperature, fitted on the validation pairs
     #: (``TrainConfig.calibrate``); None: not calibrated
     temperature: float | None = None
+    #: an ensemble's (``ModelConfig.members`` > 1) members' own results, in order; the fields above
+    #: are then member 0's history and best epoch, the sums of steps and seconds, and the
+    #: ensemble's own validation figures, temperature and reward statistics
+    members: list[TrainResult] = field(default_factory=list)
     model: BradleyTerryModel | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -147,12 +151,25 @@ class TrainResult:
         return [r.val_accuracy for r in self.history]
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "history")}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "history", "members")}
         data["history"] = [asdict(r) for r in self.history]
+        if self.members:
+            data["members"] = [m.to_dict() for m in self.members]
         return data
 
     def __str__(self) -> str:
         fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+        if self.members:
+            lines = [f"member {k} (seed + {k}):\n" + "\n".join("  " + line for line in str(m).splitlines())
+                     for k, m in enumerate(self.members)]
+            lines.append(
+                f"ensemble of {len(self.members)} members, trained apart in {self.train_seconds:.1f} s: val loss "
+                f"{fmt(self.final_val_loss)}, accuracy {fmt(self.final_val_accuracy)}"
+                + ("" if self.temperature is None else f"; rewards divided by temperature {self.temperature:.3f}")
+            )
+            if self.model_path:
+                lines.append(f"model: {self.model_path}")
+            return "\n".join(lines)
         lines = [
             f"trained on {self.train_pairs} pairs (validated on {self.val_pairs}) in {self.steps} steps, "
             f"{self.train_seconds:.1f} s, {self.pairs_per_second:.1f} pairs/s"
@@ -364,6 +381,8 @@ class Trainer:
         overrides = {k: v for k, v in {"epochs": epochs, "eval_interval": eval_interval}.items() if v is not None}
         # the learning rate used is the one a resume checks and the checkpoint and manifest record
         cfg = with_overrides(self.config, overrides | {"lr": self.config.lr or self.model.lr}, origin="Trainer.train(...)")
+        if self.model.members > 1:
+            return self._train_members(pairs, cfg, resume=resume)
         dist, rank_device = _start_distributed()
         try:
             return self._train(self._prepare(pairs, cfg, dist, rank_device, resume=resume))
@@ -418,6 +437,68 @@ class Trainer:
             if evaluate and self._after_evaluation(run):
                 break
         return self._finish(run, train_seconds=train_seconds, pairs_seen=pairs_seen)
+
+    def _train_members(self, pairs: PairSource, cfg: TrainConfig, *, resume: bool) -> TrainResult:
+        """An ensemble (``ModelConfig.members`` > 1): member ``k`` trained apart by a Trainer of its own,
+        training seed ``seed + k``, checkpoints (and resume) under ``checkpoint_dir/member-k``; then
+        the ensemble is calibrated and evaluated on the validation pairs and given its reward statistics."""
+        model, frame, results = self.model, training_pairs(pairs), []
+        for k in range(model.members):
+            log.info("ensemble member %d of %d: training seed %d", k + 1, model.members, cfg.seed + k)
+            member = Trainer(
+                model.member(k),
+                config=with_overrides(cfg, {"seed": cfg.seed + k}, origin="Trainer.train(...)"),
+                checkpoint_dir=None if self.checkpoint_dir is None else self.checkpoint_dir / f"member-{k}",
+                callbacks=[_MemberCallback(cb, k, model) for cb in self.callbacks],
+                device=self.device,
+                progress=self.progress,
+            )
+            result = member.train(frame, resume=resume)
+            model.set_member(k, result.model)
+            results.append(result)
+        return self._finish_members(frame, cfg, results)
+
+    @torch.no_grad()
+    def _finish_members(self, frame: pd.DataFrame, cfg: TrainConfig, results: list[TrainResult]) -> TrainResult:
+        model, dist, first = self.model, _Dist(), results[0]
+        device = self.device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(device)
+        train_df, val_df = split_pairs(frame, val_fraction=cfg.val_fraction, seed=cfg.seed, warn=False)
+        train, val = _Encoded.of(train_df, model), _Encoded.of(val_df, model)
+        temperature = None
+        if cfg.calibrate and val is not None:
+            kept = "each member's checkpoints are kept" if self.checkpoint_dir is not None else "no checkpoints were written"
+            temperature = self._fit_temperature(model, val, cfg, dist, device, None, kept=lambda: kept)
+        final_loss, final_acc = self._evaluate(model, val, cfg, device, dist, None)
+        model.reward_mean, model.reward_std = self._reward_stats(model, val or train, device)
+        seconds = sum(r.train_seconds for r in results)
+        result = TrainResult(
+            history=first.history, best_epoch=first.best_epoch, best_val_loss=first.best_val_loss,
+            best_val_accuracy=first.best_val_accuracy, stopped_early=all(r.stopped_early for r in results),
+            steps=sum(r.steps for r in results), train_pairs=first.train_pairs, val_pairs=first.val_pairs,
+            train_seconds=seconds,
+            pairs_per_second=sum(r.pairs_per_second * r.train_seconds for r in results) / seconds if seconds > 0 else 0.0,
+            reward_mean=model.reward_mean, reward_std=model.reward_std, data_hash=first.data_hash,
+            world_size=first.world_size, checkpoint_dir=None if self.checkpoint_dir is None else str(self.checkpoint_dir),
+            averaged_epochs=first.averaged_epochs, final_val_loss=final_loss, final_val_accuracy=final_acc,
+            temperature=temperature, members=results, model=model,
+        )
+        model.manifest = first.model.manifest | {
+            "final_val_loss": final_loss,
+            "final_val_accuracy": final_acc,
+            "temperature": temperature,
+            "train_config": cfg.model_dump(mode="json"),
+            "members": [
+                {"seed": cfg.seed + k, "epochs_run": len(r.history), "best_epoch": r.best_epoch,
+                 "averaged_epochs": r.averaged_epochs, "final_val_loss": r.final_val_loss,
+                 "final_val_accuracy": r.final_val_accuracy, "temperature": r.temperature}
+                for k, r in enumerate(results)
+            ],
+        }
+        if int(os.environ.get("RANK", "0")) == 0:
+            for cb in self.callbacks:
+                cb.on_train_end(result)
+        return result
 
     # -- before and after the loop -------------------------------------------------------------
 
@@ -568,24 +649,29 @@ class Trainer:
         loss_sum, correct_sum, n = dist.sum(list(sums), device)
         return loss_sum / n, correct_sum / n
 
-    @torch.no_grad()
     def _calibrate(self, model: BradleyTerryModel, run: _Run) -> float | None:
         """Scale the rewards by the inverse of the temperature fitted on the validation pairs
         (``TrainConfig.calibrate``) and return the temperature; None without validation pairs."""
         if run.val is None:
             return None
+        return self._fit_temperature(model, run.val, run.cfg, run.dist, run.device, run.val_features,
+                                     kept=lambda: run.checkpoints.kept(run.state))
+
+    @torch.no_grad()
+    def _fit_temperature(self, model: BradleyTerryModel, val: _Encoded, cfg: TrainConfig, dist: _Dist, device,
+                         features: Tensor | None, *, kept: Callable[[], str]) -> float:
         model.eval()
         diffs = []
-        for pair_ids in _eval_batches(run.val, run.cfg, run.dist):
-            r_chosen, r_rejected, _ = self._pair_rewards(model, run.val, pair_ids, run.device, run.val_features)
+        for pair_ids in _eval_batches(val, cfg, dist):
+            r_chosen, r_rejected, _ = self._pair_rewards(model, val, pair_ids, device, features)
             diffs.append((r_chosen - r_rejected).double().cpu().numpy())
         diffs = np.concatenate(diffs) if diffs else np.zeros(0)
         if not np.isfinite(diffs).all():
             raise TrainingError(
                 f"the trained model gives non-finite rewards to {int((~np.isfinite(diffs)).sum())} validation pair(s); "
-                f"{run.checkpoints.kept(run.state)}. Lower the learning rate or check the pairs."
+                f"{kept()}. Lower the learning rate or check the pairs."
             )
-        scale = _inverse_temperature(diffs, run.dist, run.device)
+        scale = _inverse_temperature(diffs, dist, device)
         model.scale_rewards(scale)
         return 1.0 / scale
 
@@ -696,6 +782,27 @@ class Trainer:
             "train_config": run.cfg.model_dump(mode="json"),
             INTERMEDIATE_FORMAT_KEY: _intermediate_format(frame),
         }
+
+
+class _MemberCallback(TrainCallback):
+    """A callback as an ensemble's member ``k`` reports to it: the run's parameters once (member 0's,
+    with the ensemble's model config), step and epoch metrics under ``member_k.``, and no end (the
+    ensemble reports its own)."""
+
+    def __init__(self, callback: TrainCallback, k: int, ensemble: BradleyTerryModel) -> None:
+        self.callback, self.k, self.ensemble = callback, k, ensemble
+
+    def on_train_begin(self, params: Mapping[str, Any]) -> None:
+        if self.k == 0:
+            self.callback.on_train_begin({**params, "model": self.ensemble.config.model_dump(mode="json")})
+
+    def on_log(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.callback.on_log(step, {f"member_{self.k}.{name}": v for name, v in metrics.items()})
+
+    def on_eval(self, record: EpochRecord, model: BradleyTerryModel) -> None:
+        figures = {"train_loss": record.train_loss, "train_accuracy": record.train_accuracy, "val_loss": record.val_loss,
+                   "val_accuracy": record.val_accuracy, "lr": record.lr, "seconds": record.seconds}
+        self.callback.on_log(record.epoch, {f"member_{self.k}.epoch.{name}": v for name, v in figures.items() if v is not None})
 
 
 def _averager(model: BradleyTerryModel, state: LoopState) -> AveragedModel:
