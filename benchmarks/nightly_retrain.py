@@ -7,7 +7,8 @@ kept). ``orchrm train`` runs as its own process with the built-in model and trai
 as the nightly flow's ``process`` launcher runs it: the time is the process's wall-clock time
 from start to the saved model (imports, tokenizer, training, validation, checkpoints), ``--runs``
 times. Reported beside it: epochs run, the best epoch, training pairs per second (the Trainer's
-own figure, ``train_result.json``).
+own figure, ``train_result.json``). ``--members N`` also times, once each, the opt-in ensemble
+``orchrm train --members N`` on the same pairs (N models trained one after another).
 
     nice -n 19 python -m benchmarks.nightly_retrain             # writes results/nightly_retrain.json
     nice -n 19 python -m benchmarks.nightly_retrain --pairs 500 --runs 1 --out /tmp/nr
@@ -40,16 +41,21 @@ def sampled_pairs(n: int, seed: int) -> tuple[object, int]:
     return table.sample(n=n, random_state=seed).reset_index(drop=True), len(table)
 
 
-def one_run(pairs_path: Path, out: Path) -> dict:
-    """``orchrm train`` in a process of its own: its wall-clock seconds and what its ``train_result.json`` says."""
+def one_run(pairs_path: Path, out: Path, *, members: int | None = None) -> dict:
+    """``orchrm train`` (with ``--members``, when given) in a process of its own: its wall-clock
+    seconds and what its ``train_result.json`` says (an ensemble's epochs: each member's)."""
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "orchrm.cli", "train", "--pairs", str(pairs_path), "--out", str(out)],
+    extra = [] if members is None else ["--members", str(members)]
+    subprocess.run([sys.executable, "-m", "orchrm.cli", "train", "--pairs", str(pairs_path), "--out", str(out), *extra],
                    check=True)
     seconds = time.perf_counter() - t0
     result = json.loads((out / "train_result.json").read_text())
-    return {"seconds": round(seconds, 1), "epochs_run": len(result["history"]), "best_epoch": result["best_epoch"],
+    each = result.get("members") or [result]
+    return {"seconds": round(seconds, 1), "epochs_run": "+".join(str(len(m["history"])) for m in each),
+            "best_epoch": "/".join(str(m["best_epoch"]) for m in each),
             "pairs_per_second": round(result["pairs_per_second"], 1), "train_seconds": round(result["train_seconds"], 1),
-            "train_pairs": result["train_pairs"], "val_pairs": result["val_pairs"]}
+            "train_pairs": result["train_pairs"], "val_pairs": result["val_pairs"],
+            **({} if members is None else {"members": members})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=10_000, help="pairs to train on (default 10000)")
     ap.add_argument("--runs", type=int, default=2, help="timed retrains (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the pair sample")
+    ap.add_argument("--members", type=int, nargs="*", default=[3],
+                    help="also time the opt-in ensemble `orchrm train --members N` once for each N (default 3; none: skip)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     import torch
@@ -71,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             runs.append(one_run(path, Path(tmp) / f"model-{i}"))
             print(f"run {i + 1}: {runs[-1]}", file=sys.stderr, flush=True)
+        ensembles = []
+        for n in args.members:
+            ensembles.append(one_run(path, Path(tmp) / f"members-{n}", members=n))
+            print(f"--members {n}: {ensembles[-1]}", file=sys.stderr, flush=True)
     worst = max(r["seconds"] for r in runs)
     result = {
         "benchmark": "nightly retrain of the default model (orchrm train, built-in defaults)",
@@ -82,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "worst_seconds": worst,
         "target": {"seconds": NIGHTLY.seconds, "pairs": NIGHTLY.pairs},
         "met": bool(worst < NIGHTLY.seconds and len(pairs) >= NIGHTLY.pairs),
+        "ensembles": ensembles,
     }
     print(f"wrote {write_json(args.out / 'nightly_retrain.json', result)}")
     return 0

@@ -34,8 +34,8 @@ training): the one part of the pair table that is written by reading the questio
 default config's point every seed is also checked against the targets, and its trained model (the
 mean of the weights from the best validation epoch on) is compared with the same run's best epoch
 alone (what ``weight_average: none`` returns). The default config's seeds are also scored as one
-ensemble, trained apart (:func:`mean_scorer`: the mean of their standardised rewards), with the
-same targets.
+ensemble, trained apart (:func:`ensemble_of`: the model ``orchrm train --members 3`` trains, the
+mean of the members' standardised rewards), with the same targets.
 
     nice -n 19 python -m benchmarks.question_reading            # writes results/question_reading.json
     nice -n 19 python -m benchmarks.question_reading --tasks 4 --repeats 2 --curve 4 --model-seeds 0 --out /tmp/qr
@@ -305,19 +305,19 @@ def rule_scorer(frame_domains: Sequence[str]) -> Scorer:
     return score
 
 
-def mean_scorer(scorers: Sequence[Scorer]) -> Scorer:
-    """The mean of several scorers' standardised scores (each divided by its spread over the rows
-    scored, so no scorer weighs more for a larger reward scale): an ensemble of the default
-    config's model seeds, trained apart."""
+def ensemble_of(models: Sequence[Any]) -> Any:
+    """The models of seeds s, s + 1, ... as one orchrm ensemble (``ModelConfig.members``): member
+    ``k`` takes the weights and training reward statistics of ``models[k]``. That is the model
+    ``orchrm train --members K`` trains (its member ``k`` is the model seed ``s + k`` trains alone;
+    ``tests/model/test_members.py``), but for the ensemble's own calibration: one scale for every
+    reward, which changes no pick."""
+    from orchrm.model.reward_model import BradleyTerryModel
 
-    def score(questions: list[str], plans: list[str], domains: list[Any]) -> np.ndarray:
-        total = np.zeros(len(questions))
-        for scorer in scorers:
-            r = np.asarray(scorer(questions, plans, domains), dtype=float)
-            total += (r - r.mean()) / (r.std() or 1.0)
-        return total / len(scorers)
-
-    return score
+    first = models[0]
+    ensemble = BradleyTerryModel(config=first.config.model_copy(update={"members": len(models)}), lr=first.lr)
+    for k, model in enumerate(models):
+        ensemble.set_member(k, model)
+    return ensemble.eval()
 
 
 def baseline_scorer(model: PairwiseLogit) -> Scorer:
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     # the default config's seeds, trained apart, as one ensemble: the mean of their standardised rewards
     seed_ensemble, seed_ensemble_targets = [], None
     if len(seed_models) > 1:
-        t = pick_with_questions(mean_scorer([rm_scorer(m) for m in seed_models]), frame, partner)
+        t = pick_with_questions(rm_scorer(ensemble_of(seed_models)), frame, partner)
         seed_ensemble = _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="seed_ensemble",
                                  model_seeds=curve_seeds(default_tasks, args))
         seed_ensemble_targets = target_checks(seed_ensemble)

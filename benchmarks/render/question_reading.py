@@ -121,7 +121,8 @@ def _seed_ensemble(res: Record) -> list[str]:
     seeds = ", ".join(str(s) for s in rows[0]["model_seeds"])
     body = [[r["domain"], _q(r["own"]), _q(r["swapped"]), _pts(r["swap_cost"]), _gap(r["gap_closed_own"]), _pts(r["over_cost_only"]),
              _pts(r["over_length_only"])] for r in rows]
-    return [f"The same seeds ({seeds}) as one ensemble, trained apart (the mean of their standardised rewards): swap cost "
+    return [f"The same seeds ({seeds}) as one ensemble, trained apart: `members: {len(rows[0]['model_seeds'])}`, the model "
+            f"`orchrm train --members {len(rows[0]['model_seeds'])}` trains (the mean of the members' standardised rewards): swap cost "
             f"{mark(t['swap_met'])} ({t['swap_cost_points']:+.1f} points); every target {mark(t['met'])}.", "",
             *table(["domain", "own question", "swapped question", "swap cost (pts)", "gap closed", "own - cost-only (pts)",
                     "own - length-only (pts)"], body, right=1), ""]
@@ -235,7 +236,8 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
     one_seed = _curve_means(res).get((res["settings"]["collection_tasks_per_domain"], "reward_model", "all"))
     if "all" in ens and one_seed:
         single = 100 * one_seed["swap"]
-        lines.append(f"- **The seeds, trained apart and averaged** (their standardised rewards): swapping the question costs "
+        lines.append(f"- **The seeds, trained apart and averaged** (`--members {len(ens['all']['model_seeds'])}`, their standardised "
+                     "rewards): swapping the question costs "
                      f"the ensemble {_pts(ens['all']['swap_cost'])} pts over all domains ("
                      + "; ".join(f"{d} {_pts(ens[d]['swap_cost'])}" for d in _domains(res) if d in ens)
                      + f"), against {single:+.1f} for one seed on average; it picks {_q(ens['all']['own'])}. Each training "

@@ -141,7 +141,17 @@ def _nightly_table(res: Record) -> list[str]:
     return [*table(["run", "wall s (orchrm train, start to saved model)", "epochs run", "best epoch", "training pairs/s"],
                    rows, right=4), "",
             f"Target: a retrain on {t['pairs']} pairs in under {num(t['seconds'], '.0f')} s on 2 CPU cores: "
-            f"**{met(res['met'])}** (slowest run {num(res['worst_seconds'], '.0f')} s).", ""]
+            f"**{met(res['met'])}** (slowest run {num(res['worst_seconds'], '.0f')} s).", "", *_ensemble_lines(res)]
+
+
+def _ensemble_lines(res: Record) -> list[str]:
+    """The opt-in ensembles (``orchrm train --members N``) timed on the same pairs, if any."""
+    rows = [[f"--members {r['members']}", num(r["seconds"], ".0f"), str(r["epochs_run"]), str(r["best_epoch"]),
+             num(r["pairs_per_second"], ".0f")] for r in res.get("ensembles") or []]
+    if not rows:
+        return []
+    return ["The opt-in ensemble on the same pairs (its members trained one after another; epochs and best epochs per member):", "",
+            *table(["orchrm train", "wall s", "epochs run", "best epoch", "training pairs/s"], rows, right=4), ""]
 
 
 def nightly_page(res: Record) -> list[str]:

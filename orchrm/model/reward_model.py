@@ -250,6 +250,11 @@ class BradleyTerryModel(nn.Module):
         statistics, and its tokenizer when this model has none yet."""
         if self.members == 1:
             raise ConfigError("set_member is for an ensemble (ModelConfig.members > 1)")
+        if self.tokenizer is not None and trained.tokenizer is not None and trained.tokenizer.to_str() != self.tokenizer.to_str():
+            raise ConfigError(
+                f"member {k} reads text with another tokenizer than this ensemble's: train every member from the "
+                "ensemble's member() copies, or on a pair table with a val split, so that each fits the same one"
+            )
         target = self.extra[k - 1] if k else self
         target.encoder.load_state_dict(trained.encoder.state_dict())
         target.head.load_state_dict(trained.head.state_dict())

@@ -443,25 +443,33 @@ class Trainer:
         training seed ``seed + k``, checkpoints (and resume) under ``checkpoint_dir/member-k``; then
         the ensemble is calibrated and evaluated on the validation pairs and given its reward statistics."""
         model, frame, results = self.model, training_pairs(pairs), []
-        for k in range(model.members):
-            log.info("ensemble member %d of %d: training seed %d", k + 1, model.members, cfg.seed + k)
-            member = Trainer(
-                model.member(k),
-                config=with_overrides(cfg, {"seed": cfg.seed + k}, origin="Trainer.train(...)"),
-                checkpoint_dir=None if self.checkpoint_dir is None else self.checkpoint_dir / f"member-{k}",
-                callbacks=[_MemberCallback(cb, k, model) for cb in self.callbacks],
-                device=self.device,
-                progress=self.progress,
-            )
-            result = member.train(frame, resume=resume)
-            model.set_member(k, result.model)
-            results.append(result)
-        return self._finish_members(frame, cfg, results)
+        dist, rank_device = _start_distributed()  # one torchrun process group for every member
+        try:
+            for k in range(model.members):
+                if dist.main:
+                    log.info("ensemble member %d of %d: training seed %d", k + 1, model.members, cfg.seed + k)
+                member = Trainer(
+                    model.member(k),
+                    config=with_overrides(cfg, {"seed": cfg.seed + k}, origin="Trainer.train(...)"),
+                    checkpoint_dir=None if self.checkpoint_dir is None else self.checkpoint_dir / f"member-{k}",
+                    callbacks=[_MemberCallback(cb, k, model) for cb in self.callbacks],
+                    device=rank_device or self.device,
+                    progress=self.progress,
+                )
+                result = member.train(frame, resume=resume)
+                model.set_member(k, result.model)
+                results.append(result)
+            return self._finish_members(frame, cfg, results, rank_device or self.device, main=dist.main)
+        finally:
+            if dist.owns_group:
+                torch.distributed.destroy_process_group()
 
     @torch.no_grad()
-    def _finish_members(self, frame: pd.DataFrame, cfg: TrainConfig, results: list[TrainResult]) -> TrainResult:
+    def _finish_members(self, frame: pd.DataFrame, cfg: TrainConfig, results: list[TrainResult], device: torch.device | None,
+                        *, main: bool) -> TrainResult:
+        """Every rank calibrates and evaluates the ensemble on all the validation pairs, alike; rank 0 reports."""
         model, dist, first = self.model, _Dist(), results[0]
-        device = self.device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
         model.to(device)
         train_df, val_df = split_pairs(frame, val_fraction=cfg.val_fraction, seed=cfg.seed, warn=False)
         train, val = _Encoded.of(train_df, model), _Encoded.of(val_df, model)
@@ -495,7 +503,7 @@ class Trainer:
                 for k, r in enumerate(results)
             ],
         }
-        if int(os.environ.get("RANK", "0")) == 0:
+        if main:
             for cb in self.callbacks:
                 cb.on_train_end(result)
         return result

@@ -64,6 +64,29 @@ def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
     assert r.shape == (3,)
 
 
+def test_torchrun_two_cpu_processes_train_an_ensemble_member_by_member_in_one_process_group(tmp_path):
+    pairs = make_pairs(12, seed=2)
+    write_table(pairs, tmp_path / "pairs.parquet")
+    (tmp_path / "tiny.yaml").write_text(
+        "model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300, members: 2}\n"
+        "train: {batch_size: 16, lr: 3.0e-3}\n"
+    )
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = tmp_path / "out"
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "orchrm.cli", "train",
+         "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(out), "--epochs", "2", "--config", str(tmp_path / "tiny.yaml")],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["member-0", "member-1"]
+    summary = json.loads((out / "train_result.json").read_text())
+    assert [m["world_size"] for m in summary["members"]] == [2, 2]
+    model = BradleyTerryModel.load(out)
+    assert model.members == 2 and [m["seed"] for m in model.manifest["members"]] == [0, 1]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -146,13 +146,29 @@ def test_the_rule_scorer_reads_the_question_it_is_shown():
         score([trap, plain], [large, vote], [None, None])
 
 
-def test_the_seed_ensemble_weighs_each_scorer_alike_whatever_its_reward_scale():
-    from benchmarks.question_reading import mean_scorer
+def test_the_seed_ensemble_is_an_orchrm_ensemble_of_the_seed_models_standardised_rewards():
+    import torch
 
-    loud = lambda q, p, d: 100.0 * np.array([3.0, 2.0, 1.0])  # noqa: E731
-    quiet = lambda q, p, d: np.array([1.0, 2.0, 3.1])  # noqa: E731
-    score = mean_scorer([loud, quiet])(["q"] * 3, ["a", "b", "c"], [None] * 3)
-    # standardised, the two orders cancel out but for the quiet scorer's slightly larger last gap
-    assert score.shape == (3,) and abs(score).max() < 0.1
-    assert mean_scorer([quiet])(["q"] * 3, ["a", "b", "c"], [None] * 3).argmax() == 2
-    assert np.isfinite(mean_scorer([lambda q, p, d: np.ones(3)])(["q"] * 3, ["a", "b", "c"], [None] * 3)).all()
+    from benchmarks.question_reading import ensemble_of
+    from orchrm.errors import ConfigError
+    from orchrm import BradleyTerryModel, Trainer
+    from tests.model.conftest import make_pairs
+
+    pairs = make_pairs(16, seed=3)
+    pairs.loc[pairs["task_id"].isin(sorted(set(pairs["task_id"]))[:3]), "split"] = "val"  # every seed fits one tokenizer
+    tiny = dict(hidden_dim=32, num_layers=1, num_heads=2, max_length=96, vocab_size=300, dropout=0.0)
+    models = []
+    for seed in (0, 1):
+        model = BradleyTerryModel(**tiny, seed=seed)
+        Trainer(model=model, seed=seed, batch_size=16, lr=3e-3, epochs=2, progress=False).train(pairs)
+        models.append(model)
+    ensemble = ensemble_of(models)
+    prompts, actions = list(pairs["prompt"][:12]), list(pairs["chosen"][:12])
+    standardised = [(m.score(prompts, actions) - m.reward_mean) / m.reward_std for m in models]
+    assert ensemble.members == 2
+    torch.testing.assert_close(ensemble.score(prompts, actions), (standardised[0] + standardised[1]) / 2, atol=1e-5, rtol=1e-5)
+    # a model that read other texts (another split) fitted another tokenizer: refused, not mixed in
+    other = BradleyTerryModel(**tiny, seed=1)
+    Trainer(model=other, seed=1, batch_size=16, lr=3e-3, epochs=1, progress=False).train(make_pairs(6, seed=9))
+    with pytest.raises(ConfigError, match="another tokenizer"):
+        ensemble_of([models[0], other])
