@@ -150,8 +150,8 @@ def test_the_seed_ensemble_is_an_orchrm_ensemble_of_the_seed_models_standardised
     import torch
 
     from benchmarks.question_reading import ensemble_of
-    from orchrm.errors import ConfigError
     from orchrm import BradleyTerryModel, Trainer
+    from orchrm.errors import ConfigError
     from tests.model.conftest import make_pairs
 
     pairs = make_pairs(16, seed=3)
