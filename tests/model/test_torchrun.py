@@ -26,13 +26,12 @@ from .conftest import make_pairs
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
-def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
-    pairs = make_pairs(20, seed=1)
-    # no split == "train" row, and --resume with nothing to resume: two warnings, each from rank 0 only
-    pairs["split"] = pairs["split"].replace("train", "test")
+def _torchrun_train(tmp_path: Path, pairs, model_setting: str, *flags: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """``orchrm train`` under torchrun, two CPU processes, a tiny model with ``model_setting``, 2 epochs;
+    its output folder and the finished process (it must have succeeded)."""
     write_table(pairs, tmp_path / "pairs.parquet")
     (tmp_path / "tiny.yaml").write_text(
-        "model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300, dropout: 0.1}\n"
+        f"model: {{hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300, {model_setting}}}\n"
         "train: {batch_size: 16, lr: 3.0e-3}\n"
     )
     torchrun = Path(sys.executable).with_name("torchrun")
@@ -41,10 +40,18 @@ def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
     proc = subprocess.run(
         [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "orchrm.cli", "train",
          "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(out), "--epochs", "2",
-         "--config", str(tmp_path / "tiny.yaml"), "--resume"],
+         "--config", str(tmp_path / "tiny.yaml"), *flags],
         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
+    pairs = make_pairs(20, seed=1)
+    # no split == "train" row, and --resume with nothing to resume: two warnings, each from rank 0 only
+    pairs["split"] = pairs["split"].replace("train", "test")
+    out, proc = _torchrun_train(tmp_path, pairs, "dropout: 0.1", "--resume")
     assert proc.stderr.count("no pairs with split == 'train'") == 1, proc.stderr[-3000:]
     assert proc.stderr.count("resume requested but no checkpoint") == 1, proc.stderr[-3000:]
 
@@ -66,20 +73,7 @@ def test_torchrun_two_cpu_processes_train_and_save_one_model(tmp_path):
 
 def test_torchrun_two_cpu_processes_train_an_ensemble_member_by_member_in_one_process_group(tmp_path):
     pairs = make_pairs(12, seed=2)
-    write_table(pairs, tmp_path / "pairs.parquet")
-    (tmp_path / "tiny.yaml").write_text(
-        "model: {hidden_dim: 32, num_layers: 1, num_heads: 2, max_length: 96, vocab_size: 300, members: 2}\n"
-        "train: {batch_size: 16, lr: 3.0e-3}\n"
-    )
-    torchrun = Path(sys.executable).with_name("torchrun")
-    out = tmp_path / "out"
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "orchrm.cli", "train",
-         "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(out), "--epochs", "2", "--config", str(tmp_path / "tiny.yaml")],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out, _ = _torchrun_train(tmp_path, pairs, "members: 2")
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["member-0", "member-1"]
     summary = json.loads((out / "train_result.json").read_text())
     assert [m["world_size"] for m in summary["members"]] == [2, 2]
