@@ -194,9 +194,8 @@ class BradleyTerryModel(nn.Module):
         self._apply_train_layers()
 
     def _attach(self, others: Sequence[BradleyTerryModel]) -> None:
-        """Make this model an ensemble of itself (member 0) and ``others`` (members 1...)."""
-        for m in others:
-            m.tokenizer = self.tokenizer
+        """Make this model an ensemble of itself (member 0) and ``others`` (members 1...); the
+        ensemble tokenizes for all of them (:meth:`member` hands each copy its tokenizer)."""
         self.extra = nn.ModuleList(others)
         stats = torch.zeros(len(others) + 1, 2)
         stats[:, 1] = 1.0
@@ -231,17 +230,9 @@ class BradleyTerryModel(nn.Module):
         """A copy of member ``k`` as a model of its own (config :func:`member_config`), for training."""
         if not 0 <= k < self.members:
             raise IndexError(f"member {k} of a model with {self.members} member(s)")
-        shared = {id(self.tokenizer): self.tokenizer}  # the tokenizer is shared, not copied
-        if k:
-            one = copy.deepcopy(self.extra[k - 1], shared)
-        else:
-            one = copy.deepcopy(self, shared)
-            one.extra = nn.ModuleList()
-            if "member_stats" in one._buffers:
-                del one.member_stats
-            one.config = member_config(self.config, 0)
-        one.tokenizer = self.tokenizer
-        one.manifest = {}
+        source = self.extra[k - 1] if k else self
+        one = type(self)._assemble(member_config(self.config, k), copy.deepcopy(source.encoder), self.tokenizer, self.special, lr=self.lr)
+        one.head.load_state_dict(source.head.state_dict())
         return one
 
     @torch.no_grad()
@@ -261,8 +252,6 @@ class BradleyTerryModel(nn.Module):
         self.member_stats[k] = torch.tensor([trained.reward_mean, trained.reward_std])
         if self.tokenizer is None:
             self.tokenizer = trained.tokenizer
-        for m in self.extra:
-            m.tokenizer = self.tokenizer
 
     @property
     def fitted(self) -> bool:
@@ -296,8 +285,6 @@ class BradleyTerryModel(nn.Module):
             texts, vocab_size=self.config.vocab_size, pretokenizer=self.config.pretokenizer
         )
         self.tokenizer = encoders.raw_tokenizer(tok)
-        for m in self.extra:
-            m.tokenizer = self.tokenizer
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens or truncation."""
@@ -506,8 +493,6 @@ class BradleyTerryModel(nn.Module):
                 raise ModelFileError(f"{reader.path}: tensor {key} has shape {tuple(value.shape)}, expected {tuple(mine[key].shape)}")
         self.load_state_dict(state, strict=True)
         self.tokenizer = reader.tokenizer()
-        for m in self.extra:
-            m.tokenizer = self.tokenizer
         self.reward_mean = reader.number("reward_mean")
         self.reward_std = reader.number("reward_std")
         self.manifest = reader.json("manifest")
