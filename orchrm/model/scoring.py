@@ -5,6 +5,7 @@ evaluation charges them to the reward-model selectors of best-of-N; both count w
 :func:`scoring_tokens`. How often a prompt is read depends on the architecture
 (:attr:`orchrm.config.ModelConfig.architecture`): a ``shared_prompt`` model encodes each distinct
 prompt once for all of its actions, a ``joint`` model encodes the prompt again with every action.
+An ensemble (:attr:`orchrm.config.ModelConfig.members`) reads every text once per member.
 
 >>> class Words:  # a model that reads words
 ...     def __init__(self, shared_prompt):
@@ -34,7 +35,8 @@ class ScoringTokens:
     ``per_action``: (N,) int64, row ``i``'s action, plus its prompt for a model that reads the
     prompt with every action. ``per_prompt``: (N,) int64, row ``i``'s prompt when the model reads
     each distinct prompt once for all its actions, else 0. ``total``: every ``per_action``, plus
-    each distinct prompt's ``per_prompt`` once.
+    each distinct prompt's ``per_prompt`` once. An ensemble of K members reads everything K times,
+    so every count is K times one member's.
     """
 
     per_action: np.ndarray
@@ -64,8 +66,8 @@ def scoring_tokens(model: Any, prompts: str | Sequence[str], actions: Sequence[s
     """The tokens ``model`` reads to score ``actions`` under ``prompts`` (one prompt string for
     every action, or one per action). ``model``: a :class:`~orchrm.model.reward_model.BradleyTerryModel`
     or any scorer; one without ``shared_prompt`` counts as reading the prompt with every action,
-    one without ``tokenize`` is counted with the sandbox's token rule. Each distinct text is
-    tokenized once, in one call."""
+    one without ``tokenize`` is counted with the sandbox's token rule, one with ``members`` (an
+    ensemble) reads every text once per member. Each distinct text is tokenized once, in one call."""
     actions = list(actions)
     prompts = [prompts] * len(actions) if isinstance(prompts, str) else list(prompts)
     if len(prompts) != len(actions):
@@ -74,6 +76,8 @@ def scoring_tokens(model: Any, prompts: str | Sequence[str], actions: Sequence[s
     action_code, distinct_actions = _codes(actions)
     lengths = _count(model, distinct_prompts + distinct_actions)
     prompt_len, action_len = lengths[: len(distinct_prompts)], lengths[len(distinct_prompts) :]
+    reads = int(getattr(model, "members", 1))  # each member of an ensemble encodes the texts itself
+    prompt_len, action_len = reads * prompt_len, reads * action_len
     prompt, action = prompt_len[prompt_code], action_len[action_code]
     if bool(getattr(model, "shared_prompt", False)):
         return ScoringTokens(per_action=action, per_prompt=prompt, total=int(action.sum() + prompt_len.sum()))

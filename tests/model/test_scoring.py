@@ -61,6 +61,15 @@ def test_one_prompt_per_action_or_one_for_all():
         scoring_tokens(object(), ["a", "b"], ["c"])
 
 
+def test_an_ensemble_reads_every_text_once_per_member(model, tiny_model_kwargs):
+    ensemble = BradleyTerryModel(architecture=model.config.architecture, **tiny_model_kwargs, members=3)
+    for k in range(3):
+        ensemble.set_member(k, model)
+    one, three = scoring_tokens(model, QUESTIONS[0], CANDIDATES), scoring_tokens(ensemble, QUESTIONS[0], CANDIDATES)
+    assert three.total == 3 * one.total == 3 * by_hand(model, QUESTIONS[0], CANDIDATES)
+    assert three.per_action.tolist() == [3 * n for n in one.per_action] and three.per_prompt.tolist() == [3 * n for n in one.per_prompt]
+
+
 def test_serving_counts_the_tokens_the_model_reads(model):
     executor = MultiAgentExecutor(orchestrator="default")
     (task,) = load_tasks("math", 1, seed=0)
