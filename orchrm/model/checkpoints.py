@@ -55,6 +55,10 @@ class EpochRecord:
     lr: float
     seconds: float
 
+    def figures(self) -> dict[str, float | None]:
+        """Every figure of the epoch by name (the epoch itself aside): what callbacks log."""
+        return {k: v for k, v in asdict(self).items() if k != "epoch"}
+
 
 @dataclass
 class LoopState:

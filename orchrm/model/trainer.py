@@ -808,9 +808,7 @@ class _MemberCallback(TrainCallback):
         self.callback.on_log(step, {f"member_{self.k}.{name}": v for name, v in metrics.items()})
 
     def on_eval(self, record: EpochRecord, model: BradleyTerryModel) -> None:
-        figures = {"train_loss": record.train_loss, "train_accuracy": record.train_accuracy, "val_loss": record.val_loss,
-                   "val_accuracy": record.val_accuracy, "lr": record.lr, "seconds": record.seconds}
-        self.callback.on_log(record.epoch, {f"member_{self.k}.epoch.{name}": v for name, v in figures.items() if v is not None})
+        self.callback.on_log(record.epoch, {f"member_{self.k}.epoch.{name}": v for name, v in record.figures().items() if v is not None})
 
 
 def _averager(model: BradleyTerryModel, state: LoopState) -> AveragedModel:

@@ -457,16 +457,7 @@ class MlflowCallback(TrainCallback):
         self._log(metrics=as_metrics(metrics, step=step))
 
     def on_eval(self, record: EpochRecord, model: Any) -> None:
-        values = {
-            "train_loss": record.train_loss,
-            "train_accuracy": record.train_accuracy,
-            "val_loss": record.val_loss,
-            "val_accuracy": record.val_accuracy,
-            "lr": record.lr,
-            "seconds": record.seconds,
-            "step": record.step,
-        }
-        self._log(metrics=as_metrics(values, step=record.epoch, prefix="epoch."))
+        self._log(metrics=as_metrics(record.figures(), step=record.epoch, prefix="epoch."))
 
     def on_train_end(self, result: TrainResult) -> None:
         values = {
