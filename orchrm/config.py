@@ -29,7 +29,9 @@ class CollectConfig(FrozenConfig):
 
     domains: tuple[str, ...] = ("math", "code", "multihop", "webqa")
     #: 200 by default: distinct tasks teach the plan prior better than more pairs of fewer tasks
-    #: (issue 24: 200 tasks with at most 16 pairs each beat 100 tasks with 64 at the same ~11k pairs)
+    #: (issue 24: 200 tasks with at most 16 pairs each beat 100 tasks with 64 at the same ~11k pairs);
+    #: 8 plans each: more tasks with fewer plans for the same executions (400 x 4, 600 x 4 x 2 runs)
+    #: picked worse and read the question no better (benchmarks/configs/tasks*_plans4_*.yaml)
     tasks_per_domain: int = Field(200, ge=1)
     plans_per_task: int = Field(8, ge=1, le=64)
     seed: int = Field(0, ge=0)
