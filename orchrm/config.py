@@ -37,7 +37,10 @@ class CollectConfig(FrozenConfig):
     seed: int = Field(0, ge=0)
     #: task source per domain ("builtin" generators by default; e.g. math: gsm8k)
     sources: dict[str, str] = Field(default_factory=dict)
-    #: share of each task's plans written by each sampler (normalised)
+    #: share of each task's plans written by each sampler (normalised): ``base`` (the broad prior),
+    #: ``specialized`` (the prior's plans a question-reading rule rates best) or ``panel`` (plans from
+    #: a panel of 16 per domain that every task of the domain draws from: the same plans on
+    #: different questions)
     orchestrators: dict[str, float] = Field(default_factory=lambda: {"base": 0.5, "specialized": 0.5})
     #: worker processes; None = one per CPU core
     workers: int | None = Field(None, ge=1)
@@ -66,9 +69,11 @@ class CollectConfig(FrozenConfig):
     @field_validator("orchestrators")
     @classmethod
     def _known_samplers(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = set(value) - {"base", "specialized"}
+        from orchrm.execution.samplers import SAMPLERS
+
+        unknown = set(value) - set(SAMPLERS)
         if unknown:
-            raise ValueError(f"unknown sampler(s) {sorted(unknown)}; use base and/or specialized")
+            raise ValueError(f"unknown sampler(s) {sorted(unknown)}; use {', '.join(SAMPLERS)}")
         if not value or sum(value.values()) <= 0 or min(value.values()) < 0:
             raise ValueError("sampler shares must be >= 0 and sum to more than 0")
         return value

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from orchrm.errors import TraceSchemaError
+from orchrm.execution.samplers import QUESTION_BLIND
 from orchrm.model.texts import NodeInfo, plan_nodes
 
 logger = logging.getLogger("orchrm.data.pairs")
@@ -269,7 +270,8 @@ class ArtifactCodes:
         artifact[g_final] = final_rows[idx]
         tokens = np.bincount(group, weights=self.tokens, minlength=n_groups).astype(np.int64)
         spec = np.bincount(group, weights=(orchestrator == "specialized").to_numpy(dtype=bool), minlength=n_groups) > 0
-        base = np.bincount(group, weights=(orchestrator == "base").to_numpy(dtype=bool), minlength=n_groups) > 0
+        blind = orchestrator.isin(QUESTION_BLIND).to_numpy(dtype=bool)
+        base = np.bincount(group, weights=blind, minlength=n_groups) > 0
         order = np.argsort(task, kind="stable")
         return PlanGroups(
             task=task[order],

@@ -18,7 +18,7 @@ Three sources, all comparing artifacts **of one task only**:
   plan scorer reads; a sub-plan run several times on a task counts once, with its mean quality.
   ``orchrm.execution.collect.collect(mode="branch")`` runs many alternatives per shared prefix for them.
 - ``specialized-over-base`` (granularity ``plan``): a plan of the specialized sampler over a plan of
-  the base sampler. It is a *prior* (it needs no execution), so its margin is
+  a question-blind one (base or panel). It is a *prior* (it needs no execution), so its margin is
   :attr:`PairsConfig.prior_margin`; it is kept unless observed final qualities contradict it, that
   is unless the base plan beat the specialized one by at least ``min_margin``.
 

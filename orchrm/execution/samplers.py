@@ -5,6 +5,9 @@
 - :class:`SpecializedSampler` — a better, still imperfect orchestrator: it draws candidates from
   the same prior and keeps the ones its domain heuristic (which reads only the question text)
   rates highest, with Gumbel noise so it is not an oracle.
+- :class:`PanelSampler` — plans from a small panel of base-prior plans shared by every task of a
+  domain: pairs among them compare the same plans on different questions, so what sets their
+  labels apart is the question (issue 24's "pairs that isolate the question").
 - :class:`RoleSampler` — plans over a user's named agent roles (``math_parser``, ...), as
   ``MultiAgentExecutor(agents=[...])`` asks for.
 
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from orchrm.execution.roles import get_role
 from orchrm.execution.tasks.base import Task, plan_heuristic
 from orchrm.plans import Plan, PlanNode
+from orchrm.util.digests import stable_id
 
 REASONERS = ("CoT", "SelfConsistency", "Debate", "Reflexion")
 
@@ -164,6 +168,30 @@ class SpecializedSampler:
         return [p for _, _, p in scored[:n]]
 
 
+class PanelSampler:
+    """Each task's plans drawn without replacement from its domain's panel: ``size`` distinct plans
+    of the base prior, the same for every task of the domain (seeded by the domain's name alone).
+
+    Every plan of the panel then runs on about ``tasks * n / size`` tasks, and every pair of them
+    on several: a pair's label changes from task to task only through the question.
+    """
+
+    name = "panel"
+
+    def __init__(self, size: int = 16, prior: PriorConfig = PriorConfig()) -> None:
+        self.size = size
+        self.prior = prior
+
+    def panel(self, domain: str) -> list[Plan]:
+        """The domain's ``size`` plans."""
+        rng = random.Random(int(stable_id("plan-panel", domain, self.size, n=16), 16))
+        return _distinct(lambda: sample_prior_plan(rng, self.prior), self.size, max_tries=50 * self.size)
+
+    def sample(self, task: Task, n: int, rng: random.Random) -> list[Plan]:
+        panel = self.panel(task.domain)
+        return rng.sample(panel, min(n, len(panel)))
+
+
 class RoleSampler:
     """Plans over named roles: chains of the roles in the given order, dropping some of the
     earlier ones and varying tiers and parameters. The last role always answers."""
@@ -194,10 +222,18 @@ class RoleSampler:
         return _distinct(lambda: self._draw(rng), n, max_tries=50 * n)
 
 
+#: the samplers a collection can share its plans among (``CollectConfig.orchestrators``)
+SAMPLERS: tuple[str, ...] = ("base", "panel", "specialized")
+#: samplers whose plans do not read the question (the "base" side of specialized-over-base pairs)
+QUESTION_BLIND: tuple[str, ...] = ("base", "panel")
+
+
 def get_sampler(name: str):
-    """``base`` | ``specialized`` (``default`` is the specialized one)."""
+    """``base`` | ``panel`` | ``specialized`` (``default`` is the specialized one)."""
     if name == "base":
         return BaseSampler()
+    if name == "panel":
+        return PanelSampler()
     if name in ("specialized", "default"):
         return SpecializedSampler()
-    raise ValueError(f"unknown orchestrator {name!r}; use base, specialized or default")
+    raise ValueError(f"unknown orchestrator {name!r}; use base, panel, specialized or default")

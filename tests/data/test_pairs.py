@@ -218,6 +218,12 @@ def test_specialized_over_base_is_a_prior_kept_unless_contradicted(q_spec, q_bas
         assert pairs["chosen"].iloc[0] == COT_SMALL
 
 
+def test_a_panel_plan_is_question_blind_like_a_base_plan():
+    df = table(run(COT_LARGE, {"a1": 0.5}, orchestrator="specialized"), run(COT_SMALL, {"a1": 0.5}, orchestrator="panel"))
+    pairs = PairwiseComparator(granularity="plan", prior_margin=0.3).build_pairs(df)
+    assert list(pairs["source"]) == ["specialized-over-base"] and pairs["chosen"].iloc[0] == COT_LARGE
+
+
 # duplicates, contradictions, cap ----------------------------------------------------------------
 def test_duplicates_are_removed():
     same = {"a1": "the answer is 4"}

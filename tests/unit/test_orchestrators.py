@@ -6,6 +6,7 @@ import pytest
 from orchrm.execution.collect import allocate, plans_for_task
 from orchrm.execution.samplers import (
     BaseSampler,
+    PanelSampler,
     RoleSampler,
     SpecializedSampler,
     get_sampler,
@@ -39,6 +40,22 @@ def test_specialized_sampler_is_seeded():
     assert [p.plan_id for p in a] == [p.plan_id for p in b] and len(a) == 4
 
 
+def test_panel_plans_are_shared_by_the_tasks_of_a_domain():
+    other = Task("t2", "math", "A gross of pencils is split among 12 pupils. How many does each get?")
+    webqa = Task("t3", "webqa", "Which river flows through Vienna?")
+    panel = {p.plan_id for p in PanelSampler().panel("math")}
+    assert len(panel) == 16
+    drawn = [
+        {p.plan_id for name, p in plans_for_task(task, 8, seed, {"panel": 0.5, "specialized": 0.5}) if name == "panel"}
+        for task in (TASK, other)
+        for seed in (0, 1)
+    ]
+    assert all(len(d) == 4 and d <= panel for d in drawn)
+    assert len(set().union(*drawn)) > 4  # each task draws its own four of the sixteen
+    assert panel != {p.plan_id for p in PanelSampler().panel("webqa")}  # every domain has a panel of its own
+    assert {p.plan_id for p in PanelSampler().sample(webqa, 4, random.Random(0))} <= {p.plan_id for p in PanelSampler().panel("webqa")}
+
+
 def test_role_sampler_uses_only_the_roles_and_ends_with_the_last():
     plans = RoleSampler(["math_parser", "strategy_selector", "calculator"]).sample(TASK, 6, random.Random(0))
     assert len(plans) == 6
@@ -50,7 +67,7 @@ def test_role_sampler_uses_only_the_roles_and_ends_with_the_last():
 def test_unknown_role_and_orchestrator_are_named():
     with pytest.raises(ValueError, match="unknown agent role 'wizard'"):
         RoleSampler(["wizard"])
-    with pytest.raises(ValueError, match="unknown orchestrator 'oracle'"):
+    with pytest.raises(ValueError, match="unknown orchestrator 'oracle'; use base, panel, specialized"):
         get_sampler("oracle")
 
 
