@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from orchrm.errors import ConfigError
 from orchrm.execution.sandbox.config import NoiseConfig
+from orchrm.plans import SAMPLERS
 from orchrm.util.frozen import FrozenConfig
 
 
@@ -69,8 +70,6 @@ class CollectConfig(FrozenConfig):
     @field_validator("orchestrators")
     @classmethod
     def _known_samplers(cls, value: dict[str, float]) -> dict[str, float]:
-        from orchrm.execution.samplers import SAMPLERS
-
         unknown = set(value) - set(SAMPLERS)
         if unknown:
             raise ValueError(f"unknown sampler(s) {sorted(unknown)}; use {', '.join(SAMPLERS)}")

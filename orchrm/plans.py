@@ -69,6 +69,11 @@ from xml.sax.saxutils import escape, unescape
 from orchrm.errors import PlanError
 
 DEFAULT_TIERS: tuple[str, ...] = ("small", "large")
+#: the samplers (orchestrators) a collection can share its plans among (``CollectConfig.orchestrators``;
+#: :mod:`orchrm.execution.samplers` implements them)
+SAMPLERS: tuple[str, ...] = ("base", "panel", "specialized")
+#: samplers whose plans do not read the question (the "base" side of specialized-over-base pairs)
+QUESTION_BLIND: tuple[str, ...] = ("base", "panel")
 
 
 @dataclass(frozen=True)

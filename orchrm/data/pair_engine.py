@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from orchrm.errors import TraceSchemaError
-from orchrm.execution.samplers import QUESTION_BLIND
 from orchrm.model.texts import NodeInfo, plan_nodes
+from orchrm.plans import QUESTION_BLIND
 
 logger = logging.getLogger("orchrm.data.pairs")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from orchrm.execution.roles import get_role
 from orchrm.execution.tasks.base import Task, plan_heuristic
-from orchrm.plans import Plan, PlanNode
+from orchrm.plans import SAMPLERS, Plan, PlanNode
 from orchrm.util.digests import stable_id
 
 REASONERS = ("CoT", "SelfConsistency", "Debate", "Reflexion")
@@ -222,12 +222,6 @@ class RoleSampler:
         return _distinct(lambda: self._draw(rng), n, max_tries=50 * n)
 
 
-#: the samplers a collection can share its plans among (``CollectConfig.orchestrators``)
-SAMPLERS: tuple[str, ...] = ("base", "panel", "specialized")
-#: samplers whose plans do not read the question (the "base" side of specialized-over-base pairs)
-QUESTION_BLIND: tuple[str, ...] = ("base", "panel")
-
-
 def get_sampler(name: str):
     """``base`` | ``panel`` | ``specialized`` (``default`` is the specialized one)."""
     if name == "base":
@@ -236,4 +230,4 @@ def get_sampler(name: str):
         return PanelSampler()
     if name in ("specialized", "default"):
         return SpecializedSampler()
-    raise ValueError(f"unknown orchestrator {name!r}; use base, panel, specialized or default")
+    raise ValueError(f"unknown orchestrator {name!r}; use {', '.join(SAMPLERS)} or default")
