@@ -736,11 +736,18 @@ def test_cli_train_interrupted_by_ctrl_c_points_to_the_checkpoint_to_resume(smal
         "train: {batch_size: 16, lr: 3.0e-3, patience: 1000}\n"
     )
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchrm.cli", "train", "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(out),
-         "--epochs", "1000", "--config", str(tmp_path / "tiny.yaml")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
+    # Ctrl-C as in a terminal: a suite started in the background of a script (`make test &`) runs
+    # with SIGINT ignored, which a child inherits and keeps (training would run on); a handler in
+    # its place is reset to the default in the child, where Python turns it into KeyboardInterrupt
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchrm.cli", "train", "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(out),
+             "--epochs", "1000", "--config", str(tmp_path / "tiny.yaml")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     checkpoint = out / "checkpoints" / LAST_CHECKPOINT
     deadline = time.monotonic() + 300  # only against a hang
     while not checkpoint.is_file():
