@@ -591,10 +591,47 @@ def config_from_dict(data: dict[str, Any] | None, *, origin: str = "<dict>") -> 
 
 
 def load_config(path: str | os.PathLike | None = None) -> PipelineConfig:
-    """Load and validate a YAML config; ``None`` gives the defaults."""
+    """Load and validate a YAML config; ``None`` gives the defaults.
+
+    A file may start from another with ``extends: <path>`` (relative to the file): its sections are
+    merged into the other's, key by key, a mapping into a mapping and anything else replacing the
+    value it extends. The merged settings are validated as one file.
+    """
     if path is None:
         return PipelineConfig()
     source = Path(path)
+    return config_from_dict(_read_extended(source, ()), origin=str(source))
+
+
+def _read_extended(source: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """The settings of ``source`` merged onto those of the file it ``extends`` (``chain``: the files
+    that extend it, to refuse a loop)."""
+    data = _read_yaml_mapping(source)
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{source}: extends must be the path of another config file, not {base!r}")
+    here = chain + (source.resolve(),)
+    parent = (source.parent / base).resolve()
+    if parent in here:
+        loop = " -> ".join(str(p) for p in (*here, parent))
+        raise ConfigError(f"{source}: extends makes a loop ({loop}); remove one of the extends keys")
+    if not parent.is_file():
+        raise ConfigError(f"{source}: extends {base}, but {parent} is not a file; give a path relative to {source.parent}")
+    return _merged(_read_extended(parent, here), data)
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base``: mappings key by key, any other value replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _read_yaml_mapping(source: Path) -> dict[str, Any]:
+    """One config file's top-level mapping (empty for an empty file); ConfigError says what is wrong."""
     if not source.is_file():
         what = "is a directory, not a file" if source.is_dir() else "not found"
         raise ConfigError(f"config file {source} {what}; see configs/ for examples")
@@ -608,4 +645,4 @@ def load_config(path: str | os.PathLike | None = None) -> PipelineConfig:
         raise ConfigError(f"config file {source} cannot be read ({exc.strerror})") from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections (collect:, pairs:, ...)")
-    return config_from_dict(data, origin=str(source))
+    return dict(data or {})

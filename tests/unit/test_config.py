@@ -37,6 +37,56 @@ def test_an_ablation_changes_only_what_it_says():
     assert no_prior != default and no_prior.model_copy(update={"pairs": default.pairs}) == default
 
 
+def test_every_ablation_extends_the_demo_config_and_changes_only_its_own_section():
+    default = load_config(ROOT / "configs" / "default.yaml")
+    for path in BENCH_CONFIGS:
+        cfg = load_config(path)
+        assert cfg.evaluate == default.evaluate and cfg.data_dir == default.data_dir, path.name
+        changed = {name for name in type(cfg).model_fields if getattr(cfg, name) != getattr(default, name)}
+        assert len(changed) == 1, (path.name, changed)
+
+
+def test_extends_merges_section_by_section_relative_to_the_file(tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "team.yaml").write_text(
+        "collect: {tasks_per_domain: 30, plans_per_task: 4}\ntrain: {epochs: 5}\n"
+    )
+    (tmp_path / "mine.yaml").write_text(
+        "extends: base/team.yaml\ncollect: {tasks_per_domain: 12, domains: [math]}\nmodel: {hidden_dim: 64}\n"
+    )
+    cfg = load_config(tmp_path / "mine.yaml")
+    assert cfg.collect.tasks_per_domain == 12 and cfg.collect.plans_per_task == 4  # merged key by key
+    assert cfg.collect.domains == ("math",)  # a list replaces the one it extends
+    assert cfg.train.epochs == 5 and cfg.model.hidden_dim == 64
+    # an extended file may itself extend another
+    (tmp_path / "night.yaml").write_text("extends: mine.yaml\ntrain: {epochs: 2}\n")
+    night = load_config(tmp_path / "night.yaml")
+    assert night.train.epochs == 2 and night.collect.plans_per_task == 4 and night.model.hidden_dim == 64
+
+
+def test_extends_refuses_a_loop_a_missing_file_and_a_non_path(tmp_path):
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(ConfigError, match=r"extends makes a loop .*a\.yaml -> .*b\.yaml -> .*a\.yaml"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("extends: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match=r"extends nowhere\.yaml, but .*nowhere\.yaml is not a file"):
+        load_config(tmp_path / "c.yaml")
+    (tmp_path / "d.yaml").write_text("extends: [a.yaml]\n")
+    with pytest.raises(ConfigError, match="extends must be the path of another config file"):
+        load_config(tmp_path / "d.yaml")
+    (tmp_path / "e.yaml").write_text("extends: e.yaml\n")
+    with pytest.raises(ConfigError, match="extends makes a loop"):
+        load_config(tmp_path / "e.yaml")
+
+
+def test_a_bad_value_in_an_extended_file_is_named(tmp_path):
+    (tmp_path / "base.yaml").write_text("train: {epochs: 0}\n")
+    (tmp_path / "mine.yaml").write_text("extends: base.yaml\n")
+    with pytest.raises(ConfigError, match="train.epochs"):
+        load_config(tmp_path / "mine.yaml")
+
+
 def test_unknown_field_is_named(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("collect:\n  plans_per_taks: 8\n")
