@@ -600,16 +600,18 @@ def load_config(path: str | os.PathLike | None = None) -> PipelineConfig:
     if path is None:
         return PipelineConfig()
     source = Path(path)
-    return config_from_dict(_read_extended(source, ()), origin=str(source))
+    data, bases = _read_extended(source, ())
+    origin = f"{source} (which extends {' -> '.join(map(str, bases))})" if bases else str(source)
+    return config_from_dict(data, origin=origin)
 
 
-def _read_extended(source: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
-    """The settings of ``source`` merged onto those of the file it ``extends`` (``chain``: the files
-    that extend it, to refuse a loop)."""
+def _read_extended(source: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], list[Path]]:
+    """The settings of ``source`` merged onto those of the file it ``extends``, and the files it
+    extends, nearest first (``chain``: the files that extend it, to refuse a loop)."""
     data = _read_yaml_mapping(source)
     base = data.pop("extends", None)
     if base is None:
-        return data
+        return data, []
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"{source}: extends must be the path of another config file, not {base!r}")
     here = chain + (source.resolve(),)
@@ -619,7 +621,8 @@ def _read_extended(source: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
         raise ConfigError(f"{source}: extends makes a loop ({loop}); remove one of the extends keys")
     if not parent.is_file():
         raise ConfigError(f"{source}: extends {base}, but {parent} is not a file; give a path relative to {source.parent}")
-    return _merged(_read_extended(parent, here), data)
+    inherited, bases = _read_extended(parent, here)
+    return _merged(inherited, data), [source.parent / base, *bases]
 
 
 def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -83,8 +83,9 @@ def test_extends_refuses_a_loop_a_missing_file_and_a_non_path(tmp_path):
 def test_a_bad_value_in_an_extended_file_is_named(tmp_path):
     (tmp_path / "base.yaml").write_text("train: {epochs: 0}\n")
     (tmp_path / "mine.yaml").write_text("extends: base.yaml\n")
-    with pytest.raises(ConfigError, match="train.epochs"):
-        load_config(tmp_path / "mine.yaml")
+    (tmp_path / "night.yaml").write_text("extends: mine.yaml\n")
+    with pytest.raises(ConfigError, match=r"night\.yaml \(which extends .*mine\.yaml -> .*base\.yaml\):\n  train\.epochs"):
+        load_config(tmp_path / "night.yaml")
 
 
 def test_unknown_field_is_named(tmp_path):
