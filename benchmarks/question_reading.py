@@ -26,10 +26,15 @@ features (:mod:`benchmarks.common.feature_baseline`) are fitted on the same pair
 the same pool the same three ways: an estimate of what the text allows. ``logreg`` reads the
 domain, its question features and word n-grams; ``logreg_ngrams`` the domain and n-grams;
 ``logreg_domain`` the domain alone (a per-domain plan prior: what a model that ignores the question
-can reach). ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
+can reach); ``logreg_latent`` the domain and the sandbox's own latent description of each task
+(:func:`~benchmarks.common.feature_baseline.latent_features`: the step counts, traps, popularity
+and difficulty the simulator decides outcomes by), looked up by question: not what the text shows
+but what a perfect reader of it could extract, so its gain from the question bounds what any
+reader can learn from the same pairs. ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
 training): the one part of the pair table that is written by reading the question, the
 ``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model
-(``--model-seeds`` seeds, model and training seed together) and ``logreg`` over collections of
+(``--model-seeds`` seeds, model and training seed together), ``logreg`` and ``logreg_latent`` (those
+of ``--baselines``) over collections of
 ``--curve`` distinct tasks per domain. At the
 default config's point every seed is also checked against the targets, and its trained model (the
 mean of the weights from the best validation epoch on) is compared with the same run's best epoch
@@ -59,7 +64,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import steps
-from benchmarks.common.feature_baseline import PairwiseLogit, QuestionFeatures
+from benchmarks.common.feature_baseline import PairwiseLogit, QuestionFeatures, latent_table
 from benchmarks.common.results_io import (
     RESULTS,
     ROOT,
@@ -82,7 +87,10 @@ BASELINES: dict[str, QuestionFeatures] = {
     "logreg": QuestionFeatures(),
     "logreg_ngrams": QuestionFeatures(question_features=False),
     "logreg_domain": QuestionFeatures(question_features=False, ngrams=False),
+    "logreg_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
 }
+#: the baselines a learning curve fits beside the reward model (those of ``--baselines``)
+CURVE_BASELINES = ("logreg", "logreg_latent")
 #: a scorer: rewards of (question, plan) rows, each row's domain given (None for no question)
 Scorer = Callable[[list[str], list[str], list[Any]], np.ndarray]
 
@@ -343,16 +351,31 @@ def _one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def fit_baselines(pairs: pd.DataFrame, names: Sequence[str]) -> dict[str, tuple[PairwiseLogit, float]]:
-    """Each baseline of ``names`` fitted on ``pairs`` (train split; l2 chosen on val), with its fit seconds."""
+def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: dict[str, dict[str, float]] | None = None,
+                  ) -> dict[str, tuple[PairwiseLogit, float]]:
+    """Each baseline of ``names`` fitted on ``pairs`` (train split; l2 chosen on val), with its fit
+    seconds; ``latent``: each question's latent features (:func:`latent_questions`), for those that read them."""
     out = {}
     for name in names:
         t0 = time.perf_counter()
         with _one_blas_thread():
-            model = PairwiseLogit(BASELINES[name]).fit(pairs)
+            model = PairwiseLogit(BASELINES[name], latent=latent if BASELINES[name].latent else None).fit(pairs)
         out[name] = (model, time.perf_counter() - t0)
         print(f"{name}: fitted in {out[name][1]:.1f} s, l2 {model.l2:g}", file=sys.stderr, flush=True)
     return out
+
+
+def latent_questions(config: PipelineConfig, pool_config: PipelineConfig) -> dict[str, dict[str, float]]:
+    """The sandbox's latent features (:func:`benchmarks.common.feature_baseline.latent_table`) of
+    every question a baseline may read: the tasks of ``config``'s collection (the largest curve
+    point's holds every smaller one's: generators draw by seed and index) and the held-out pool's."""
+    from orchrm.evaluation.pool import held_out_tasks
+    from orchrm.execution.collect import load_domain_tasks
+    from orchrm.execution.sandbox.engine import SandboxBackend
+
+    c = config.collect
+    tasks = [*load_domain_tasks(c.domains, c.tasks_per_domain, c.seed, c.sources or None), *held_out_tasks(pool_config)]
+    return latent_table(tasks, SandboxBackend(config.sandbox))
 
 
 def _per_task_records(t: pd.DataFrame) -> list[dict[str, Any]]:
@@ -491,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     head["in_sample_oracle"] = head["task_id"].map(frame.groupby("task_id")["expected_quality"].max())
     per_task = {"reward_model": head}
     accuracy = {"reward_model": pairwise_accuracy(rm_scorer(fitted.model), pairs.frame)}
-    fitted_baselines = fit_baselines(pairs.frame, args.baselines)
+    latent = latent_questions(pool_config, pool_config) if any(BASELINES[b].latent for b in args.baselines) else None
+    fitted_baselines = fit_baselines(pairs.frame, args.baselines, latent)
     info = {"reward_model": fitted.info}
     for name, (model, fit_s) in fitted_baselines.items():
         per_task[name] = pick_with_questions(baseline_scorer(model), frame, partner)
@@ -526,11 +550,11 @@ def main(argv: list[str] | None = None) -> int:
                               tasks_with_pairs=_tasks_with_pairs(cpairs.frame),
                               train_seconds=train_seconds.get(cfit.info["cache_key"]),
                               pairwise_accuracy=pairwise_accuracy(rm_scorer(cfit.model), cpairs.frame))
-        if "logreg" in args.baselines:
+        for name in [b for b in CURVE_BASELINES if b in args.baselines]:
             cpairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
-            (model, fit_s), = fit_baselines(cpairs.frame, ["logreg"]).values()
+            (model, fit_s), = fit_baselines(cpairs.frame, [name], latent).values()
             t = pick_with_questions(baseline_scorer(model), frame, partner)
-            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="logreg",
+            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer=name,
                               tasks_per_domain=tasks, model_seed=None, pairs=int(len(cpairs.frame)),
                               tasks_with_pairs=_tasks_with_pairs(cpairs.frame), train_seconds=round(fit_s, 1),
                               pairwise_accuracy=pairwise_accuracy(baseline_scorer(model), cpairs.frame))

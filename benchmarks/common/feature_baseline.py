@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,9 @@ class QuestionFeatures:
     question_features: bool = True
     ngrams: bool = True
     bits: int = 10
+    #: the sandbox's own latent description of the task (:func:`latent_features`), looked up by
+    #: question text: not what a reader of the text has, what a perfect reader could extract
+    latent: bool = False
 
 
 def _domain_features(domain: str | None, question: str) -> dict[str, float]:
@@ -107,6 +110,66 @@ def _domain_features(domain: str | None, question: str) -> dict[str, float]:
     if heuristic is None:
         return {}
     return {f"{domain}:{k}": float(v) for k, v in heuristic.features(question).items()}
+
+
+#: fields of a sandbox domain's task state that are machinery, not a description of the task
+_MACHINERY = frozenset({"task_id", "index", "world", "corpus", "context", "page_values", "tiers", "texts", "calcs", "searches",
+                        "reference", "program", "canonical_code", "summary", "first_query", "test_prelude", "memory_key",
+                        "misread_value", "gold", "subject", "asked", "entry_point"})
+
+
+def latent_features(task: Any, backend: Any) -> dict[str, float]:
+    """What the sandbox itself knows of ``task`` (its domain's prepared state, which decides
+    every outcome) as numbers: each numeric or boolean field, the size of each collection, the
+    ``popularity`` categories counted, and for math the chance a lone run of each tier is right
+    (the simulator's own difficulty). A question's text only hints at these; a model reading
+    them is an upper bound on what any reader of the text could learn from the same pairs.
+
+    >>> from orchrm.execution.sandbox.engine import SandboxBackend
+    >>> from orchrm.execution.tasks.base import load_tasks
+    >>> f = latent_features(load_tasks("math", 1, seed=0)[0], SandboxBackend())
+    >>> 0 < f["p_ok.small"] <= f["p_ok.large"] <= 1
+    True
+    """
+    import dataclasses
+
+    dom = backend.domain(task)
+    state = dom.state(task)
+    out: dict[str, float] = {}
+    for field in dataclasses.fields(state):
+        if field.name in _MACHINERY:
+            continue
+        value = getattr(state, field.name)
+        if field.name == "popularity":
+            for p in (value,) if isinstance(value, str) else value:
+                out[f"popularity={p}"] = out.get(f"popularity={p}", 0.0) + 1.0
+        elif isinstance(value, bool | int | float):
+            out[field.name] = float(value)
+        elif isinstance(value, tuple | list | frozenset | set | dict):
+            out[f"len.{field.name}"] = float(len(value))
+    if hasattr(state, "hops"):  # a knowledge-graph question: how well known each hop's subject is
+        for subject, _, _ in state.hops:
+            p = f"popularity={state.world.entities[subject].popularity}"
+            out[p] = out.get(p, 0.0) + 1.0
+    if hasattr(dom, "_tier_view"):  # math: the chance a lone run of each tier is right
+        for tier in backend.tiers:
+            out[f"p_ok.{tier}"] = float(dom._tier_view(state, tier)[1])
+        steps = [s for s in state.steps if s.comp]
+        out["max_digits"] = float(max((s.digits for s in steps), default=0))
+        out["decimals"] = float(any(s.decimals for s in steps))
+        for _, kind in state.traps:
+            out[f"trap={kind}"] = out.get(f"trap={kind}", 0.0) + 1.0
+    return out
+
+
+def latent_table(tasks: Sequence[Any], backend: Any) -> dict[str, dict[str, float]]:
+    """:func:`latent_features` of each task by its question, every task of a domain with the same
+    names (a count a task lacks is 0)."""
+    feats = {t.question: (t.domain, latent_features(t, backend)) for t in tasks}
+    names: dict[str, set[str]] = {}
+    for domain, f in feats.values():
+        names.setdefault(domain, set()).update(f)
+    return {q: {k: f.get(k, 0.0) for k in sorted(names[domain])} for q, (domain, f) in feats.items()}
 
 
 def _signed_log(x: float) -> float:
@@ -120,8 +183,11 @@ class PairwiseLogit:
     BT loss; the model is then refitted on ``train``)."""
 
     def __init__(self, features: QuestionFeatures = QuestionFeatures(), *, l2: float | Sequence[float] = (1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0, 10.0),
-                 max_iter: int = 500) -> None:
+                 max_iter: int = 500, latent: Mapping[str, Mapping[str, float]] | None = None) -> None:
         self.features = features
+        if features.latent and latent is None:
+            raise ValueError("QuestionFeatures(latent=True) needs latent=: each question's latent_features")
+        self.latent = latent or {}
         self.l2_grid = (l2,) if isinstance(l2, float | int) else tuple(l2)
         self.max_iter = max_iter
         self.l2: float | None = None
@@ -144,6 +210,10 @@ class PairwiseLogit:
             out[f"domain={domain}"] = 1.0
         if domain and self.features.question_features:
             out |= {k: _signed_log(v) for k, v in _domain_features(domain, question).items()}
+        if domain and self.features.latent:
+            if question not in self.latent:
+                raise KeyError(f"no latent features for the {domain} question {question[:60]!r}; pass every question's")
+            out |= {f"{domain}:latent.{k}": _signed_log(v) for k, v in self.latent[question].items()}
         if self.features.ngrams:
             grams = ngrams(question)
             buckets = {f"#{zlib.crc32(g.encode()) % 2**self.features.bits}" for g in grams}
@@ -249,7 +319,7 @@ class PairwiseLogit:
     def describe(self) -> dict[str, Any]:
         """What a results file records of the fit: the features read, the chosen ``l2`` and the
         validation loss of each tried."""
-        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits")},
+        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits", "latent")},
                 "plan_features": len(PLAN_FEATURES), "weights": int(self.W.size), "l2": self.l2,
                 "val_bt_loss": {f"{k:g}": round(v, 4) for k, v in self.val_loss.items()}}
 

@@ -14,6 +14,8 @@ from benchmarks.common.feature_baseline import (
     PLAN_FEATURES,
     PairwiseLogit,
     QuestionFeatures,
+    latent_features,
+    latent_table,
     plan_features,
 )
 from benchmarks.question_reading import derangement, pick_with_questions, summarise, target_checks
@@ -84,6 +86,47 @@ def test_a_baseline_that_reads_only_the_domain_cannot_tell_the_questions_apart()
     urgent = model.score(["urgent"] * 2, [VOTE, SEARCH], domains=["support"] * 2)
     lookup = model.score(["lookup"] * 2, [VOTE, SEARCH], domains=["support"] * 2)
     assert np.allclose(urgent, lookup)
+
+
+def test_a_latent_baseline_reads_what_the_text_hides():
+    """The better plan follows a hidden property of each question that no word of it shows: the
+    n-gram baseline cannot learn it, the one given the latent feature does."""
+    rng = random.Random(0)
+    rows, latent = [], {}
+    for i in range(60):
+        q = f"case {rng.randrange(10**9)} please help"
+        hard = i % 2 == 0
+        latent[q] = {"hard": float(hard)}
+        best, other = (VOTE, SEARCH) if hard else (SEARCH, VOTE)
+        rows += [{"prompt": q, "chosen": best, "rejected": other, "split": "train" if i < 48 else "test"}]
+    pairs = pd.DataFrame(rows).assign(domain="support")
+    model = PairwiseLogit(QuestionFeatures(question_features=False, ngrams=False, latent=True), latent=latent, l2=1e-3).fit(pairs)
+    test = pairs[pairs["split"] == "test"]
+    margin = (model.score(list(test["prompt"]), list(test["chosen"]), domains=list(test["domain"]))
+              - model.score(list(test["prompt"]), list(test["rejected"]), domains=list(test["domain"])))
+    assert (margin > 0).all()
+    with pytest.raises(KeyError, match="no latent features"):
+        model.score(["a question never described"], [VOTE], domains=["support"])
+    with pytest.raises(ValueError, match="needs latent="):
+        PairwiseLogit(QuestionFeatures(latent=True))
+
+
+def test_latent_features_describe_every_sandbox_domain_with_one_set_of_names_per_domain():
+    from orchrm.execution.sandbox.engine import SandboxBackend
+    from orchrm.execution.tasks.base import load_tasks
+
+    backend = SandboxBackend()
+    tasks = [t for d in ("math", "code", "multihop", "webqa") for t in load_tasks(d, 6, seed=3)]
+    one = {t.domain: latent_features(t, backend) for t in tasks}
+    assert 0 < one["math"]["p_ok.small"] <= one["math"]["p_ok.large"] <= 1  # the simulator's own difficulty
+    assert "trap_strength" in one["code"] and "n_statements" in one["code"]
+    assert any(k.startswith("popularity=") for k in one["webqa"]) and any(k.startswith("popularity=") for k in one["multihop"])
+    assert all(np.isfinite(v) for f in one.values() for v in f.values())
+    table = latent_table(tasks, backend)
+    assert set(table) == {t.question for t in tasks}
+    for d in ("math", "code", "multihop", "webqa"):
+        names = {tuple(table[t.question]) for t in tasks if t.domain == d}
+        assert len(names) == 1  # every task of a domain: the same names, a missing count 0
 
 
 def _pool(tasks: int) -> pd.DataFrame:
