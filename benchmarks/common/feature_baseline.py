@@ -163,9 +163,12 @@ def latent_features(task: Any, backend: Any) -> dict[str, float]:
 
 
 def latent_table(tasks: Sequence[Any], backend: Any) -> dict[str, dict[str, float]]:
-    """:func:`latent_features` of each task by its question, every task of a domain with the same
-    names (a count a task lacks is 0)."""
-    feats = {t.question: (t.domain, latent_features(t, backend)) for t in tasks}
+    """:func:`latent_features` of each task by its question (as the pairs' prompts give it:
+    :func:`orchrm.model.texts.task_text`), every task of a domain with the same names (a count a
+    task lacks is 0)."""
+    from orchrm.model.texts import task_text
+
+    feats = {task_text(t.question): (t.domain, latent_features(t, backend)) for t in tasks}
     names: dict[str, set[str]] = {}
     for domain, f in feats.values():
         names.setdefault(domain, set()).update(f)

@@ -16,6 +16,7 @@ SCORERS = {
     "logreg": "logreg (domain, question features, n-grams)",
     "logreg_ngrams": "logreg (domain, n-grams)",
     "logreg_domain": "logreg (domain only)",
+    "logreg_latent": "logreg (domain, the sandbox's latent task description)",
     "rule": "the specialized orchestrator's rule (no training)",
 }
 
@@ -224,6 +225,13 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
         lines.append(f"- **A plan prior per domain** ({_name('logreg_domain')}: it never reads the question) minus the reward "
                      "model: " + "; ".join(f"{d} {_pts(prior[d]['own'])}" for d in [*_domains(res), "all"] if d in prior)
                      + " pts: where it is above zero the reward model has not even learned the domain's plan prior.")
+    latent = {r["domain"]: r for r in res.rows("rows") if r["scorer"] == "logreg_latent"}
+    if "all" in latent and (baseline, "all") in rows:
+        lines.append(f"- **A perfect reader of the question** ({_name('logreg_latent')}: not the text but what the simulator "
+                     f"decides outcomes by): swapping the question costs it {_pts(latent['all']['swap_cost'])} pts over all "
+                     "domains (" + "; ".join(f"{d} {_pts(latent[d]['swap_cost'])}" for d in _domains(res) if d in latent)
+                     + f"), the text baseline {_pts(rows[(baseline, 'all')]['swap_cost'])}; it picks {_q(latent['all']['own'])}. "
+                     "What even it cannot learn from these pairs, no reader of the text can.")
     rule = {r["domain"]: r for r in res.rows("rows") if r["scorer"] == "rule"}
     if "all" in rule and ("reward_model", "all") in rows:
         r, rm = rule["all"], rows[("reward_model", "all")]

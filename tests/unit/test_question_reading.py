@@ -114,6 +114,7 @@ def test_a_latent_baseline_reads_what_the_text_hides():
 def test_latent_features_describe_every_sandbox_domain_with_one_set_of_names_per_domain():
     from orchrm.execution.sandbox.engine import SandboxBackend
     from orchrm.execution.tasks.base import load_tasks
+    from orchrm.model.texts import task_text
 
     backend = SandboxBackend()
     tasks = [t for d in ("math", "code", "multihop", "webqa") for t in load_tasks(d, 6, seed=3)]
@@ -123,9 +124,9 @@ def test_latent_features_describe_every_sandbox_domain_with_one_set_of_names_per
     assert any(k.startswith("popularity=") for k in one["webqa"]) and any(k.startswith("popularity=") for k in one["multihop"])
     assert all(np.isfinite(v) for f in one.values() for v in f.values())
     table = latent_table(tasks, backend)
-    assert set(table) == {t.question for t in tasks}
+    assert set(table) == {task_text(t.question) for t in tasks}  # the question as a prompt gives it (code: no trailing newline)
     for d in ("math", "code", "multihop", "webqa"):
-        names = {tuple(table[t.question]) for t in tasks if t.domain == d}
+        names = {tuple(table[task_text(t.question)]) for t in tasks if t.domain == d}
         assert len(names) == 1  # every task of a domain: the same names, a missing count 0
 
 
