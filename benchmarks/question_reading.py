@@ -365,17 +365,18 @@ def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: dict[str, d
     return out
 
 
-def latent_questions(config: PipelineConfig, pool_config: PipelineConfig) -> dict[str, dict[str, float]]:
+def latent_questions(pool_config: PipelineConfig) -> dict[str, dict[str, float]]:
     """The sandbox's latent features (:func:`benchmarks.common.feature_baseline.latent_table`) of
-    every question a baseline may read: the tasks of ``config``'s collection (the largest curve
-    point's holds every smaller one's: generators draw by seed and index) and the held-out pool's."""
+    every question a baseline may read: the tasks of ``pool_config``'s collection (the largest
+    curve point's, which holds every smaller one's: generators draw by seed and index) and of the
+    pool held out from it."""
     from orchrm.evaluation.pool import held_out_tasks
     from orchrm.execution.collect import load_domain_tasks
     from orchrm.execution.sandbox.engine import SandboxBackend
 
-    c = config.collect
+    c = pool_config.collect
     tasks = [*load_domain_tasks(c.domains, c.tasks_per_domain, c.seed, c.sources or None), *held_out_tasks(pool_config)]
-    return latent_table(tasks, SandboxBackend(config.sandbox))
+    return latent_table(tasks, SandboxBackend(pool_config.sandbox))
 
 
 def _per_task_records(t: pd.DataFrame) -> list[dict[str, Any]]:
@@ -514,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     head["in_sample_oracle"] = head["task_id"].map(frame.groupby("task_id")["expected_quality"].max())
     per_task = {"reward_model": head}
     accuracy = {"reward_model": pairwise_accuracy(rm_scorer(fitted.model), pairs.frame)}
-    latent = latent_questions(pool_config, pool_config) if any(BASELINES[b].latent for b in args.baselines) else None
+    latent = latent_questions(pool_config) if any(BASELINES[b].latent for b in args.baselines) else None
     fitted_baselines = fit_baselines(pairs.frame, args.baselines, latent)
     info = {"reward_model": fitted.info}
     for name, (model, fit_s) in fitted_baselines.items():

@@ -105,6 +105,10 @@ def test_a_latent_baseline_reads_what_the_text_hides():
     margin = (model.score(list(test["prompt"]), list(test["chosen"]), domains=list(test["domain"]))
               - model.score(list(test["prompt"]), list(test["rejected"]), domains=list(test["domain"])))
     assert (margin > 0).all()
+    text = PairwiseLogit(QuestionFeatures(question_features=False), l2=1e-3).fit(pairs)
+    text_margin = (text.score(list(test["prompt"]), list(test["chosen"]), domains=list(test["domain"]))
+                   - text.score(list(test["prompt"]), list(test["rejected"]), domains=list(test["domain"])))
+    assert not (text_margin > 0).all()  # the words say nothing of it
     with pytest.raises(KeyError, match="no latent features"):
         model.score(["a question never described"], [VOTE], domains=["support"])
     with pytest.raises(ValueError, match="needs latent="):
