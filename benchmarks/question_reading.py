@@ -7,16 +7,19 @@ fresh held-out tasks (``--seed`` 7331: never collected, never tuned on), each pl
 quality from ``--repeats`` re-runs. The same candidates are scored three ways:
 
 - ``own``: with the task's own question (what serving does);
-- ``swapped``: with the question of another task of the same domain (a fixed seeded derangement
-  within each domain, :func:`derangement`): what is left when the model cannot read *this* question;
+- ``swapped``: with the question of another task of the same domain (a seeded derangement within
+  each domain, :func:`derangement`), averaged over the derangements of ``--swap-seeds``: what is
+  left when the model cannot read *this* question. One derangement alone moved a model's swap cost
+  by up to 3 points (which partner's question a task gets matters as much as the model), so the
+  figure is the mean over several, each derangement's figure beside it;
 - ``plan_only``: with an empty question: the plan alone.
 
 Per domain: the expected quality of each pick with a 95% bootstrap interval over tasks, the
 paired difference own - swapped (the swap cost: what reading the question buys), the share of
-tasks whose pick the swap changes, and the share of the random -> expected-oracle gap closed;
+tasks whose pick the swap changes (averaged over the derangements), and the share of the random -> expected-oracle gap closed;
 beside them random, cost-only, length-only, the expected-quality oracle and "the plan best for
-another task": the expected-oracle plan of the swap partner, executed on this task ``--repeats``
-times (how much the sandbox rewards reading the question: oracle minus it). The oracle chooses
+another task": the expected-oracle plan of each swap partner, executed on this task ``--repeats``
+times and averaged over the partners (how much the sandbox rewards reading the question: oracle minus it). The oracle chooses
 on re-runs of its own (the pool's ``oracle_estimate``) and is scored on the others: chosen and
 scored on the same re-runs it looks better than it is (the winner's curse): ``in_sample_oracle``
 reports that overstated figure beside it.
@@ -134,25 +137,48 @@ def _pick_ids(frame: pd.DataFrame, column: str) -> pd.Series:
     return rows.loc[rows.groupby("task_id", sort=True)[column].idxmax()].set_index("task_id")["plan_id"]
 
 
-def pick_with_questions(scorer: Scorer, frame: pd.DataFrame, partner: dict[str, str]) -> pd.DataFrame:
+def swapped_column(k: int) -> str:
+    """The per-task column of the swapped pick under the ``k``-th derangement."""
+    return f"swapped_{k}"
+
+
+def swapped_columns(per_task: pd.DataFrame) -> list[str]:
+    """The per-derangement swapped columns of a :func:`pick_with_questions` table, in order."""
+    columns = []
+    while (c := swapped_column(len(columns))) in per_task.columns:
+        columns.append(c)
+    return columns
+
+
+def pick_with_questions(scorer: Scorer, frame: pd.DataFrame, partners: Sequence[dict[str, str]]) -> pd.DataFrame:
     """Per task of ``frame`` (one pool seed's rows): the expected quality of ``scorer``'s pick in
-    each variant (columns :data:`VARIANTS`), of each reference selector, and ``pick_changed``
-    (the swapped pick is another plan than the own one)."""
+    each variant (columns :data:`VARIANTS`; ``swapped`` is the mean over the derangements
+    ``partners``, :func:`swapped_column` each one's), of each reference selector, and
+    ``pick_changed`` (the share of derangements whose swapped pick is another plan than the own one)."""
     from orchrm.evaluation.selectors import best_of_n_picks
 
+    if not partners:
+        raise ValueError("no derangement to swap the questions by: pass at least one swap seed")
     n = int(frame["candidate"].max()) + 1
-    out = None
-    picks = {}
-    for variant in VARIANTS:
+    plans = list(frame["plan_text"])
+
+    def picked(variant: str, partner: dict[str, str]) -> tuple[pd.DataFrame, pd.Series]:
         questions, domains = shown_questions(frame, partner, variant)
-        scored = frame.assign(reward=scorer(questions, list(frame["plan_text"]), domains))
-        p = best_of_n_picks(scored, n).set_index(["task_id", "selector"])["expected"].unstack()
-        picks[variant] = _pick_ids(scored, "reward")
-        if out is None:
-            out = p[list(REFERENCES)].copy()
-            out.insert(0, "domain", frame.drop_duplicates("task_id").set_index("task_id")["domain"].reindex(out.index))
-        out[variant] = p["reward_model"]
-    out["pick_changed"] = (picks["own"] != picks["swapped"].reindex(picks["own"].index)).astype(float)
+        scored = frame.assign(reward=scorer(questions, plans, domains))
+        return best_of_n_picks(scored, n).set_index(["task_id", "selector"])["expected"].unstack(), _pick_ids(scored, "reward")
+
+    own, own_ids = picked("own", partners[0])
+    out = own[list(REFERENCES)].copy()
+    out.insert(0, "domain", frame.drop_duplicates("task_id").set_index("task_id")["domain"].reindex(out.index))
+    out["own"] = own["reward_model"]
+    changed = []
+    for k, partner in enumerate(partners):
+        swapped, swapped_ids = picked("swapped", partner)
+        out[swapped_column(k)] = swapped["reward_model"]
+        changed.append((own_ids != swapped_ids.reindex(own_ids.index)).astype(float))
+    out["swapped"] = out[swapped_columns(out)].mean(axis=1)
+    out["plan_only"] = picked("plan_only", partners[0])[0]["reward_model"]
+    out["pick_changed"] = pd.concat(changed, axis=1).mean(axis=1)
     return out.reset_index()
 
 
@@ -194,7 +220,8 @@ def _by_domain(per_task: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def summarise(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict[str, Any]]:
     """Per domain and ``all``: each variant's mean expected quality [95% interval], the swap cost
-    (own - swapped) and the plan-only cost (own - plan_only) as paired differences, the share of
+    (own - swapped, the mean over derangements) and the plan-only cost (own - plan_only) as paired
+    differences, each derangement's swap cost alone (``swap_cost_by_derangement``: means), the share of
     picks the swap changes, the gap closed in each variant, and the own pick minus cost-only and
     length-only (paired)."""
     rows = []
@@ -207,6 +234,7 @@ def summarise(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dict
             row[f"gap_closed_{v}"] = gap_closed(t[v].to_numpy(), rand, oracle, bootstrap=bootstrap, seed=seed)
         own = t["own"].to_numpy()
         row["swap_cost"] = _diff(own, t["swapped"].to_numpy(), tasks, bootstrap, seed)
+        row["swap_cost_by_derangement"] = [float(np.mean(own - t[c].to_numpy())) for c in swapped_columns(t)]
         row["plan_only_cost"] = _diff(own, t["plan_only"].to_numpy(), tasks, bootstrap, seed)
         row["over_cost_only"] = _diff(own, t["cost_only"].to_numpy(), tasks, bootstrap, seed)
         row["over_length_only"] = _diff(own, t["length_only"].to_numpy(), tasks, bootstrap, seed)
@@ -263,9 +291,11 @@ def references(per_task: pd.DataFrame, *, bootstrap: int, seed: int) -> list[dic
 # the pieces the run is made of
 
 
-def other_task_best(per_task: pd.DataFrame, frame: pd.DataFrame, partner: dict[str, str], config: PipelineConfig) -> pd.Series:
-    """Per task: the expected quality, on this task, of its partner's expected-oracle plan
-    (:func:`orchrm.evaluation.pool.expected_quality`, ``evaluate.repeats`` re-runs)."""
+def other_task_best(per_task: pd.DataFrame, frame: pd.DataFrame, partners: Sequence[dict[str, str]], config: PipelineConfig,
+                    ) -> pd.Series:
+    """Per task: the expected quality, on this task, of its partners' expected-oracle plans
+    (:func:`orchrm.evaluation.pool.expected_quality`, ``evaluate.repeats`` re-runs), averaged over
+    the derangements ``partners``."""
     from orchrm.evaluation.pool import expected_quality, held_out_tasks
     from orchrm.execution.executor import MultiAgentExecutor
     from orchrm.plans import Plan
@@ -277,10 +307,10 @@ def other_task_best(per_task: pd.DataFrame, frame: pd.DataFrame, partner: dict[s
     ex = MultiAgentExecutor(noise=config.sandbox)
     seed = int(stable_id("other-task-best", config.evaluate.seed, n=12), 16)
     out = {}
+    repeats = max(1, config.evaluate.repeats)
     for task_id in per_task["task_id"]:
-        other = partner[task_id]
-        plan = Plan.parse(text_of[(other, best[other])])
-        out[task_id] = expected_quality(ex, tasks[task_id], plan, repeats=max(1, config.evaluate.repeats), seed=seed)
+        plans = [Plan.parse(text_of[(other, best[other])]) for other in (partner[task_id] for partner in partners)]
+        out[task_id] = float(np.mean([expected_quality(ex, tasks[task_id], plan, repeats=repeats, seed=seed) for plan in plans]))
     return pd.Series(out)
 
 
@@ -421,7 +451,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--candidates", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=10, help="re-runs per candidate for its expected quality")
     ap.add_argument("--seed", type=int, default=7331, help="seed of the held-out tasks (default 7331)")
-    ap.add_argument("--swap-seed", type=int, default=0, help="seed of the derangement that pairs each task with another")
+    ap.add_argument("--swap-seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                    help="seeds of the derangements that pair each task with another of its domain; the swapped "
+                         "question's figures are their mean (default 0 1 2 3 4)")
     ap.add_argument("--curve", type=int, nargs="*", default=[50, 100, 200, 400],
                     help="distinct training tasks per domain of the learning curve's collections (none: no curve)")
     ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1, 2], help="model and training seeds per curve point")
@@ -489,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
     frame = pool.pool.frame
     frame = frame[(frame["pool_seed"] == frame["pool_seed"].min()) & (frame["candidate"] < args.candidates)].reset_index(drop=True)
-    partner = derangement(frame["task_id"], frame["domain"], seed=args.swap_seed)
+    partners = [derangement(frame["task_id"], frame["domain"], seed=s) for s in dict.fromkeys(args.swap_seeds)]
     seconds: dict[str, float] = {"pool": round(pool.seconds, 1)}
 
     train_seconds: dict[str, float] = {}  # by model cache key: a model trained earlier in this run is loaded later
@@ -507,9 +539,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # the default model, and the baselines on its pairs
     pairs, fitted = trained(config)
-    head = pick_with_questions(rm_scorer(fitted.model), frame, partner)
+    head = pick_with_questions(rm_scorer(fitted.model), frame, partners)
     t0 = time.perf_counter()
-    others = other_task_best(head, frame, partner, pool_config)
+    others = other_task_best(head, frame, partners, pool_config)
     head["other_task_best"] = head["task_id"].map(others)
     seconds["other_task_best"] = round(time.perf_counter() - t0, 1)
     head["in_sample_oracle"] = head["task_id"].map(frame.groupby("task_id")["expected_quality"].max())
@@ -519,11 +551,11 @@ def main(argv: list[str] | None = None) -> int:
     fitted_baselines = fit_baselines(pairs.frame, args.baselines, latent)
     info = {"reward_model": fitted.info}
     for name, (model, fit_s) in fitted_baselines.items():
-        per_task[name] = pick_with_questions(baseline_scorer(model), frame, partner)
+        per_task[name] = pick_with_questions(baseline_scorer(model), frame, partners)
         accuracy[name] = pairwise_accuracy(baseline_scorer(model), pairs.frame)
         info[name] = model.describe() | {"fit_seconds": round(fit_s, 1)}
     # the rule of thumb that writes the specialized-over-base pairs, read the same three ways (no training)
-    per_task["rule"] = pick_with_questions(rule_scorer(list(frame["domain"])), frame, partner)
+    per_task["rule"] = pick_with_questions(rule_scorer(list(frame["domain"])), frame, partners)
     rows = [r for name, t in per_task.items() for r in _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer=name)]
     for name, t in per_task.items():
         print(f"{name}: " + "; ".join(f"{r['domain']} own {r['own']['mean']:.3f} swap cost {100 * r['swap_cost']['mean']:+.1f}"
@@ -537,12 +569,12 @@ def main(argv: list[str] | None = None) -> int:
         for seed in curve_seeds(tasks, args):
             print(f"== curve: {tasks} tasks per domain, seed {seed}", file=sys.stderr, flush=True)
             cpairs, cfit = trained(with_seed(cfg, seed))
-            t = pick_with_questions(rm_scorer(cfit.model), frame, partner)
+            t = pick_with_questions(rm_scorer(cfit.model), frame, partners)
             if tasks == default_tasks:
                 seed_models.append(cfit.model)
             if tasks == default_tasks and (best_model := cfit.best_epoch_model()) is not None:
                 # the same run's best validation epoch alone: what weight_average="none" returns
-                best_t = pick_with_questions(rm_scorer(best_model), frame, partner)
+                best_t = pick_with_questions(rm_scorer(best_model), frame, partners)
                 best_epoch.append({"model_seed": seed, "best_epoch": cfit.info.get("best_epoch"),
                                    "averaged_epochs": cfit.info.get("averaged_epochs"), "averaged": _brief(t), "best": _brief(best_t),
                                    "difference": versus(t, best_t, bootstrap=args.bootstrap, seed=args.seed)})
@@ -551,10 +583,11 @@ def main(argv: list[str] | None = None) -> int:
                               tasks_with_pairs=_tasks_with_pairs(cpairs.frame),
                               train_seconds=train_seconds.get(cfit.info["cache_key"]),
                               pairwise_accuracy=pairwise_accuracy(rm_scorer(cfit.model), cpairs.frame))
-        for name in [b for b in CURVE_BASELINES if b in args.baselines]:
+        if curve_baselines := [b for b in CURVE_BASELINES if b in args.baselines]:
             cpairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
+        for name in curve_baselines:
             (model, fit_s), = fit_baselines(cpairs.frame, [name], latent).values()
-            t = pick_with_questions(baseline_scorer(model), frame, partner)
+            t = pick_with_questions(baseline_scorer(model), frame, partners)
             curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer=name,
                               tasks_per_domain=tasks, model_seed=None, pairs=int(len(cpairs.frame)),
                               tasks_with_pairs=_tasks_with_pairs(cpairs.frame), train_seconds=round(fit_s, 1),
@@ -563,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     # the default config's seeds, trained apart, as one ensemble: the mean of their standardised rewards
     seed_ensemble, seed_ensemble_targets = [], None
     if len(seed_models) > 1:
-        t = pick_with_questions(rm_scorer(ensemble_of(seed_models)), frame, partner)
+        t = pick_with_questions(rm_scorer(ensemble_of(seed_models)), frame, partners)
         seed_ensemble = _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer="seed_ensemble",
                                  model_seeds=curve_seeds(default_tasks, args))
         seed_ensemble_targets = target_checks(seed_ensemble)
@@ -576,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         **provenance(command_line("benchmarks.question_reading", ap, args), torch=torch.__version__,
                      torch_threads=torch.get_num_threads()),
         "settings": {"tasks": args.tasks, "candidates": args.candidates, "repeats": args.repeats, "seed": args.seed,
-                     "swap_seed": args.swap_seed, "curve": list(args.curve), "model_seeds": list(args.model_seeds),
+                     "swap_seeds": list(dict.fromkeys(args.swap_seeds)), "curve": list(args.curve), "model_seeds": list(args.model_seeds),
                      "curve_model_seeds": {str(t): curve_seeds(t, args) for t in args.curve},
                      "bootstrap": args.bootstrap, "config": shown_path(args.config),
                      "collection_tasks_per_domain": default_tasks, "no_question": NO_QUESTION},

@@ -151,9 +151,9 @@ def latent_features(task: Any, backend: Any) -> dict[str, float]:
         for subject, _, _ in state.hops:
             p = f"popularity={state.world.entities[subject].popularity}"
             out[p] = out.get(p, 0.0) + 1.0
-    if hasattr(dom, "_tier_view"):  # math: the chance a lone run of each tier is right
+    if hasattr(dom, "lone_run_chance"):  # math: the chance a lone run of each tier is right
         for tier in backend.tiers:
-            out[f"p_ok.{tier}"] = float(dom._tier_view(state, tier)[1])
+            out[f"p_ok.{tier}"] = float(dom.lone_run_chance(state, tier))
         steps = [s for s in state.steps if s.comp]
         out["max_digits"] = float(max((s.digits for s in steps), default=0))
         out["decimals"] = float(any(s.decimals for s in steps))

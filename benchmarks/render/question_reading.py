@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from benchmarks.render.records import Benchmark, Record, ci, num, table
 
@@ -51,21 +52,33 @@ def _name(scorer: str) -> str:
 
 def _intro(res: Record) -> list[str]:
     s, pool = res["settings"], res["pool"]
+    seeds = s.get("swap_seeds") or [s["swap_seed"]]
+    swap = (f"a seeded derangement, seed {seeds[0]}" if len(seeds) == 1 else
+            f"the mean over {len(seeds)} seeded derangements, seeds {', '.join(map(str, seeds))}: which partner a task gets "
+            "moves a single derangement's figure, so the table gives each one's swap cost too")
     return [f"The default model (`configs/{Path(s['config']).name}`: {s['collection_tasks_per_domain']} tasks per domain, "
             f"{res['pairs']} pairs) picks among {s['candidates']} base-sampler candidates of {pool['tasks']} fresh tasks "
             f"({s['tasks']} per domain from seed {s['seed']}, held out from every collection of the run), each candidate's "
             f"expected quality from {s['repeats']} re-runs. The same candidates are scored with the task's **own** question, "
-            f"with the question of **another task of the same domain** (a seeded derangement, seed {s['swap_seed']}) and with "
+            f"with the question of **another task of the same domain** ({swap}) and with "
             "**no question** (the plan alone). Cells: mean expected quality of the pick [95% bootstrap interval over tasks]; "
             "differences are paired over tasks, in points.", ""]
 
 
 def _main_table(res: Record, scorers: list[str] | None = None) -> list[str]:
     rows = [r for r in res.rows("rows") if scorers is None or r["scorer"] in scorers]
+    # one column per derangement's swap cost where the run averaged several
+    each = all(len(r.get("swap_cost_by_derangement", ())) > 1 for r in rows)
+
+    def by_derangement(r: dict[str, Any]) -> list[str]:
+        return [" / ".join(f"{100 * c:+.1f}" for c in r["swap_cost_by_derangement"])] if each else []
+
     return table(["scorer", "domain", "own question", "swapped question", "plan alone", "swap cost (own - swapped, pts)",
+                  *(["swap cost by derangement (pts)"] if each else []),
                   "picks the swap changes", "gap closed (own)", "gap closed (swapped)", "own - cost-only (pts)"],
                  [[_name(r["scorer"]), r["domain"], _q(r["own"]), _q(r["swapped"]), _q(r["plan_only"]), _pts(r["swap_cost"]),
-                   f"{r['pick_changed']:.0%}", _gap(r["gap_closed_own"]), _gap(r["gap_closed_swapped"]), _pts(r["over_cost_only"])]
+                   *by_derangement(r), f"{r['pick_changed']:.0%}", _gap(r["gap_closed_own"]), _gap(r["gap_closed_swapped"]),
+                   _pts(r["over_cost_only"])]
                   for r in rows], right=2)
 
 

@@ -155,7 +155,7 @@ def test_a_scorer_that_reads_the_question_loses_its_pick_when_the_question_is_sw
     def reads(questions, plans, domains):  # the plan the question names scores 1
         return np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])
 
-    t = pick_with_questions(reads, frame, partner)
+    t = pick_with_questions(reads, frame, [partner])
     assert (t["own"] == 1.0).all() and (t["expected_oracle"] == 1.0).all()
     assert (t["swapped"] == 0.2).all() and (t["pick_changed"] == 1.0).all()  # every partner names another plan
     no_question = t["task_id"].map(lambda tid: 1.0 if int(tid[-1]) % 3 == 0 else 0.2)  # no question: the first candidate
@@ -166,11 +166,31 @@ def test_a_scorer_that_reads_the_question_loses_its_pick_when_the_question_is_sw
     assert rows["all"]["gap_closed_swapped"]["mean"] == pytest.approx(-0.5)  # (0.2 - 0.4667) / (1 - 0.4667)
 
 
+def test_the_swapped_pick_is_the_mean_over_derangements_and_each_derangements_cost_is_kept():
+    frame = _pool(4)
+    frame = frame[frame["domain"] == "math"].reset_index(drop=True)  # math0 and math3 both ask for plan0
+    reads = lambda questions, plans, domains: np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])  # noqa: E731
+    # the first pairs math0 with math3 (the same question: the pick stands), the second a cycle
+    first = {"math0": "math3", "math3": "math0", "math1": "math2", "math2": "math1"}
+    second = {"math0": "math1", "math1": "math2", "math2": "math3", "math3": "math0"}
+    t = pick_with_questions(reads, frame, [first, second]).set_index("task_id")
+    assert t[["swapped_0", "swapped_1"]].to_dict("index") == {
+        "math0": {"swapped_0": 1.0, "swapped_1": 0.2}, "math1": {"swapped_0": 0.2, "swapped_1": 0.2},
+        "math2": {"swapped_0": 0.2, "swapped_1": 0.2}, "math3": {"swapped_0": 1.0, "swapped_1": 1.0}}
+    assert t["swapped"].to_dict() == pytest.approx({"math0": 0.6, "math1": 0.2, "math2": 0.2, "math3": 1.0})
+    assert t["pick_changed"].to_dict() == {"math0": 0.5, "math1": 1.0, "math2": 1.0, "math3": 0.0}
+    row = {r["domain"]: r for r in summarise(t.reset_index(), bootstrap=0, seed=0)}["all"]
+    assert row["swap_cost_by_derangement"] == pytest.approx([0.4, 0.6])
+    assert row["swap_cost"]["mean"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="swap seed"):
+        pick_with_questions(reads, frame, [])
+
+
 def test_the_targets_are_read_off_the_summary_per_domain():
     frame = _pool(3)
     partner = derangement(frame["task_id"], frame["domain"], seed=0)
     reads = lambda questions, plans, domains: np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])  # noqa: E731
-    checks = target_checks(summarise(pick_with_questions(reads, frame, partner), bootstrap=0, seed=0))
+    checks = target_checks(summarise(pick_with_questions(reads, frame, [partner]), bootstrap=0, seed=0))
     assert checks["swap_cost_points"] == pytest.approx(80.0) and checks["swap_met"]
     assert set(checks["per_domain"]) == {"math", "webqa"}
     # cost-only takes the priciest plan (candidate 2), right on a third of the tasks: the reader beats it

@@ -233,6 +233,11 @@ class MathDomain(SandboxDomain):
             literal_slots=tuple(literal_slots),
         )
 
+    def lone_run_chance(self, st: MathState, tier: str) -> float:
+        """The chance a lone run of ``tier`` answers the prepared task right (no vote, no review):
+        what the simulator decides a single attempt by, for analyses of what a task asks of a plan."""
+        return self._tier_view(st, tier)[1]
+
     def _tier_view(self, st: MathState, tier: str) -> tuple[tuple[float, ...], float]:
         """Per-step slip probabilities for ``tier`` and the chance a lone run is right."""
         view = st.tiers.get(tier)
