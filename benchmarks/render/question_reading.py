@@ -223,6 +223,10 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
         elif reads:
             why = ("the baseline gains from the question but picks no better than the reward model: what it reads there "
                    "is worth less than the prior both learn")
+        elif rm_reads:
+            why = ("the reward model reads the question here (its swap cost's interval lies above zero) and the baseline, "
+                   "which does not, picks no better: the reward model learns from these pairs what a linear reader of the "
+                   "text does not")
         else:
             why = ("a model built to read the question picks no better and gains nothing measurable from it (its swap "
                    "cost's interval holds zero): these pairs do not teach which plan suits which question, so the "
@@ -261,8 +265,11 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
                      "rewards): swapping the question costs "
                      f"the ensemble {_pts(ens['all']['swap_cost'])} pts over all domains ("
                      + "; ".join(f"{d} {_pts(ens[d]['swap_cost'])}" for d in _domains(res) if d in ens)
-                     + f"), against {single:+.1f} for one seed on average; it picks {_q(ens['all']['own'])}. Each training "
-                     "reads the question through noise of its own, and the mean keeps what the trainings agree on.")
+                     + f"), against {single:+.1f} for one seed on average; it picks {_q(ens['all']['own'])}. "
+                     + ("Each training reads the question through noise of its own, and the mean keeps what the trainings "
+                        "agree on." if 100 * ens["all"]["swap_cost"]["mean"] >= single else
+                        "It reads the question less than one seed on average: what each training reads differs, and the "
+                        "mean of their rewards cancels part of it."))
     means = _curve_means(res)
     parts = []
     for scorer in ("reward_model", baseline):
