@@ -16,13 +16,14 @@ quality from ``--repeats`` re-runs. The same candidates are scored three ways:
 
 Per domain: the expected quality of each pick with a 95% bootstrap interval over tasks, the
 paired difference own - swapped (the swap cost: what reading the question buys), the share of
-tasks whose pick the swap changes (averaged over the derangements), and the share of the random -> expected-oracle gap closed;
-beside them random, cost-only, length-only, the expected-quality oracle and "the plan best for
-another task": the expected-oracle plan of each swap partner, executed on this task ``--repeats``
-times and averaged over the partners (how much the sandbox rewards reading the question: oracle minus it). The oracle chooses
-on re-runs of its own (the pool's ``oracle_estimate``) and is scored on the others: chosen and
-scored on the same re-runs it looks better than it is (the winner's curse): ``in_sample_oracle``
-reports that overstated figure beside it.
+tasks whose pick the swap changes (averaged over the derangements), and the share of the random
+-> expected-oracle gap closed; beside them random, cost-only, length-only, the expected-quality
+oracle and "the plan best for another task": the expected-oracle plan of each swap partner,
+executed on this task ``--repeats`` times and averaged over the partners (how much the sandbox
+rewards reading the question: oracle minus it). The oracle chooses on re-runs of its own (the
+pool's ``oracle_estimate``) and is scored on the others: chosen and scored on the same re-runs it
+looks better than it is (the winner's curse): ``in_sample_oracle`` reports that overstated figure
+beside it.
 
 Beside the reward model, pairwise logistic regressions on question features crossed with plan
 features (:mod:`benchmarks.common.feature_baseline`) are fitted on the same pair table and read

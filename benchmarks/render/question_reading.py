@@ -52,7 +52,7 @@ def _name(scorer: str) -> str:
 
 def _intro(res: Record) -> list[str]:
     s, pool = res["settings"], res["pool"]
-    seeds = s.get("swap_seeds") or [s["swap_seed"]]
+    seeds = s.get("swap_seeds") or [s["swap_seed"]]  # results written before --swap-seeds name one seed
     swap = (f"a seeded derangement, seed {seeds[0]}" if len(seeds) == 1 else
             f"the mean over {len(seeds)} seeded derangements, seeds {', '.join(map(str, seeds))}: which partner a task gets "
             "moves a single derangement's figure, so the table gives each one's swap cost too")
