@@ -120,11 +120,14 @@ def derangement(task_ids: Sequence[str], domains: Sequence[str], *, seed: int) -
     return partner
 
 
-def shown_questions(frame: pd.DataFrame, partner: dict[str, str], variant: str) -> tuple[list[str], list[Any]]:
-    """The question (and its domain) each pool row is scored with in ``variant``."""
+def shown_questions(frame: pd.DataFrame, variant: str, partner: dict[str, str] | None = None) -> tuple[list[str], list[Any]]:
+    """The question (and its domain) each pool row is scored with in ``variant``; ``swapped``
+    shows each task the question of its ``partner``."""
     if variant == "own":
         return list(frame["question"]), list(frame["domain"])
     if variant == "swapped":
+        if partner is None:
+            raise ValueError("the swapped variant needs a partner for each task (see derangement)")
         question_of = frame.drop_duplicates("task_id").set_index("task_id")["question"]
         return [question_of[partner[t]] for t in frame["task_id"]], list(frame["domain"])
     if variant == "plan_only":
@@ -163,12 +166,12 @@ def pick_with_questions(scorer: Scorer, frame: pd.DataFrame, partners: Sequence[
     n = int(frame["candidate"].max()) + 1
     plans = list(frame["plan_text"])
 
-    def picked(variant: str, partner: dict[str, str]) -> tuple[pd.DataFrame, pd.Series]:
-        questions, domains = shown_questions(frame, partner, variant)
+    def picked(variant: str, partner: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.Series]:
+        questions, domains = shown_questions(frame, variant, partner)
         scored = frame.assign(reward=scorer(questions, plans, domains))
         return best_of_n_picks(scored, n).set_index(["task_id", "selector"])["expected"].unstack(), _pick_ids(scored, "reward")
 
-    own, own_ids = picked("own", partners[0])
+    own, own_ids = picked("own")
     out = own[list(REFERENCES)].copy()
     out.insert(0, "domain", frame.drop_duplicates("task_id").set_index("task_id")["domain"].reindex(out.index))
     out["own"] = own["reward_model"]
@@ -178,7 +181,7 @@ def pick_with_questions(scorer: Scorer, frame: pd.DataFrame, partners: Sequence[
         out[swapped_column(k)] = swapped["reward_model"]
         changed.append((own_ids != swapped_ids.reindex(own_ids.index)).astype(float))
     out["swapped"] = out[swapped_columns(out)].mean(axis=1)
-    out["plan_only"] = picked("plan_only", partners[0])[0]["reward_model"]
+    out["plan_only"] = picked("plan_only")[0]["reward_model"]
     out["pick_changed"] = pd.concat(changed, axis=1).mean(axis=1)
     return out.reset_index()
 
@@ -307,12 +310,16 @@ def other_task_best(per_task: pd.DataFrame, frame: pd.DataFrame, partners: Seque
     tasks = {t.task_id: t for t in held_out_tasks(config) if t.task_id in set(per_task["task_id"])}
     ex = MultiAgentExecutor(noise=config.sandbox)
     seed = int(stable_id("other-task-best", config.evaluate.seed, n=12), 16)
-    out = {}
     repeats = max(1, config.evaluate.repeats)
-    for task_id in per_task["task_id"]:
-        plans = [Plan.parse(text_of[(other, best[other])]) for other in (partner[task_id] for partner in partners)]
-        out[task_id] = float(np.mean([expected_quality(ex, tasks[task_id], plan, repeats=repeats, seed=seed) for plan in plans]))
-    return pd.Series(out)
+    quality: dict[tuple[str, str], float] = {}  # two partners may share an oracle plan: executed once
+
+    def on_task(task_id: str, plan_text: str) -> float:
+        if (task_id, plan_text) not in quality:
+            quality[(task_id, plan_text)] = expected_quality(ex, tasks[task_id], Plan.parse(plan_text), repeats=repeats, seed=seed)
+        return quality[(task_id, plan_text)]
+
+    return pd.Series({task_id: float(np.mean([on_task(task_id, text_of[(partner[task_id], best[partner[task_id]])]) for partner in partners]))
+                      for task_id in per_task["task_id"]})
 
 
 def rm_scorer(model: Any) -> Scorer:
@@ -522,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
     frame = pool.pool.frame
     frame = frame[(frame["pool_seed"] == frame["pool_seed"].min()) & (frame["candidate"] < args.candidates)].reset_index(drop=True)
-    partners = [derangement(frame["task_id"], frame["domain"], seed=s) for s in dict.fromkeys(args.swap_seeds)]
+    swap_seeds = list(dict.fromkeys(args.swap_seeds))
+    partners = [derangement(frame["task_id"], frame["domain"], seed=s) for s in swap_seeds]
     seconds: dict[str, float] = {"pool": round(pool.seconds, 1)}
 
     train_seconds: dict[str, float] = {}  # by model cache key: a model trained earlier in this run is loaded later
@@ -610,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         **provenance(command_line("benchmarks.question_reading", ap, args), torch=torch.__version__,
                      torch_threads=torch.get_num_threads()),
         "settings": {"tasks": args.tasks, "candidates": args.candidates, "repeats": args.repeats, "seed": args.seed,
-                     "swap_seeds": list(dict.fromkeys(args.swap_seeds)), "curve": list(args.curve), "model_seeds": list(args.model_seeds),
+                     "swap_seeds": swap_seeds, "curve": list(args.curve), "model_seeds": list(args.model_seeds),
                      "curve_model_seeds": {str(t): curve_seeds(t, args) for t in args.curve},
                      "bootstrap": args.bootstrap, "config": shown_path(args.config),
                      "collection_tasks_per_domain": default_tasks, "no_question": NO_QUESTION},

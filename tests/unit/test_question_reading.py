@@ -148,13 +148,14 @@ def _pool(tasks: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def reads(questions, plans, domains):
+    """A scorer that reads the question of a :func:`_pool`: the plan the question names scores 1."""
+    return np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])
+
+
 def test_a_scorer_that_reads_the_question_loses_its_pick_when_the_question_is_swapped():
     frame = _pool(3)
     partner = derangement(frame["task_id"], frame["domain"], seed=0)
-
-    def reads(questions, plans, domains):  # the plan the question names scores 1
-        return np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])
-
     t = pick_with_questions(reads, frame, [partner])
     assert (t["own"] == 1.0).all() and (t["expected_oracle"] == 1.0).all()
     assert (t["swapped"] == 0.2).all() and (t["pick_changed"] == 1.0).all()  # every partner names another plan
@@ -169,7 +170,6 @@ def test_a_scorer_that_reads_the_question_loses_its_pick_when_the_question_is_sw
 def test_the_swapped_pick_is_the_mean_over_derangements_and_each_derangements_cost_is_kept():
     frame = _pool(4)
     frame = frame[frame["domain"] == "math"].reset_index(drop=True)  # math0 and math3 both ask for plan0
-    reads = lambda questions, plans, domains: np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])  # noqa: E731
     # the first pairs math0 with math3 (the same question: the pick stands), the second a cycle
     first = {"math0": "math3", "math3": "math0", "math1": "math2", "math2": "math1"}
     second = {"math0": "math1", "math1": "math2", "math2": "math3", "math3": "math0"}
@@ -189,7 +189,6 @@ def test_the_swapped_pick_is_the_mean_over_derangements_and_each_derangements_co
 def test_the_targets_are_read_off_the_summary_per_domain():
     frame = _pool(3)
     partner = derangement(frame["task_id"], frame["domain"], seed=0)
-    reads = lambda questions, plans, domains: np.array([float(q.endswith(p)) for q, p in zip(questions, plans, strict=True)])  # noqa: E731
     checks = target_checks(summarise(pick_with_questions(reads, frame, [partner]), bootstrap=0, seed=0))
     assert checks["swap_cost_points"] == pytest.approx(80.0) and checks["swap_met"]
     assert set(checks["per_domain"]) == {"math", "webqa"}
