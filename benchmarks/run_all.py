@@ -21,7 +21,7 @@ from benchmarks.common.results_io import ROOT, use_sibling_data
 
 #: in the order they run
 BENCHES = ("collect", "scale_out", "plan_choice", "ingest", "pairs", "accuracy", "latency", "train", "best_of_n", "question_reading",
-           "cost_aware", "token_efficiency")
+           "ensemble_reading", "cost_aware", "token_efficiency")
 
 
 def run(module: str) -> int:

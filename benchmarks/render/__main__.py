@@ -32,6 +32,7 @@ from benchmarks.render import (
     best_of_n,
     collection,
     cost_aware,
+    ensemble_reading,
     ingest,
     llm_backend,
     question_reading,
@@ -51,12 +52,13 @@ from benchmarks.render.records import (
 )
 
 _ALL = {"best_of_n": best_of_n.BENCHMARK, "question_reading": question_reading.BENCHMARK,
+        "ensemble_reading": ensemble_reading.BENCHMARK,
         "token_efficiency": token_efficiency.BENCHMARK, "cost_aware": cost_aware.BENCHMARK,
         **collection.BENCHMARKS, **ingest.BENCHMARKS, **training.BENCHMARKS, **serving.BENCHMARKS,
         **llm_backend.BENCHMARKS}
 #: every results file with a page, in the order of ``docs/results.md``
 BENCHMARKS: dict[str, Benchmark] = {stem: _ALL[stem] for stem in (
-    "best_of_n", "question_reading", "cost_aware", "token_efficiency", "plan_choice", "collect", "scale_out", "ingest", "pairs", "accuracy",
+    "best_of_n", "question_reading", "ensemble_reading", "cost_aware", "token_efficiency", "plan_choice", "collect", "scale_out", "ingest", "pairs", "accuracy",
     "train", "nightly_retrain", "latency", "registry", "serving_load", "llm_backend", "sweep_defaults")}
 #: shown in ``docs/results.md`` even before its file exists (it says so)
 ALWAYS_SHOWN = ("token_efficiency",)

@@ -239,3 +239,30 @@ def test_the_seed_ensemble_is_an_orchrm_ensemble_of_the_seed_models_standardised
     Trainer(model=other, seed=1, batch_size=16, lr=3e-3, epochs=1, progress=False).train(make_pairs(6, seed=9))
     with pytest.raises(ConfigError, match="another tokenizer"):
         ensemble_of([models[0], other])
+
+
+def test_the_question_share_splits_rewards_into_what_the_own_question_adds_and_what_the_plan_gets():
+    from benchmarks.ensemble_reading import agreement, centred_rewards, question_share
+
+    frame = _pool(3)
+    # the two cycles of each domain's three tasks: a task's two partners name the task's two other plans
+    partners = [{f"{d}{i}": f"{d}{(i + step) % 3}" for d in ("math", "webqa") for i in range(3)} for step in (1, 2)]
+    prior = lambda questions, plans, domains: np.array([float(p[-1]) for p in plans])  # noqa: E731  the plan alone
+    own, plan = centred_rewards(prior, frame, partners)
+    assert question_share(own, plan) == 0.0 and np.allclose(own, plan)
+    # reading the question: the partners' questions name the other two plans, so their mean gives the own plan
+    # -1/3 and the others +1/6 each; the own question adds +1 and -1/2, -1/2 (|question|^2 1.5, |plan|^2 1/6)
+    own, plan = centred_rewards(reads, frame, partners)
+    assert own[:3] == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+    assert plan[:3] == pytest.approx([-1 / 3, 1 / 6, 1 / 6])
+    assert question_share(own, plan) == pytest.approx(1.5 / (1.5 + 1 / 6))
+    # two members that agree on the plan and read the question in opposite ways: their mean reads nothing
+    a = lambda q, p, d: prior(q, p, d) + reads(q, p, d)  # noqa: E731
+    b = lambda q, p, d: prior(q, p, d) - reads(q, p, d)  # noqa: E731
+    parts = {"a": centred_rewards(a, frame, partners), "b": centred_rewards(b, frame, partners)}
+    (row,) = agreement(parts)
+    assert row["members"] == ["a", "b"] and row["question_correlation"] == pytest.approx(-1.0)
+    mean = lambda q, p, d: (a(q, p, d) + b(q, p, d)) / 2  # noqa: E731
+    assert question_share(*centred_rewards(mean, frame, partners)) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="no within-task reward variance"):
+        question_share(np.zeros(3), np.zeros(3))
