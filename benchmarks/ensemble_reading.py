@@ -15,17 +15,20 @@ For every model (each seed, then the ensemble) and every candidate ``c`` of a ta
   between a task's candidates), then ``plan = mean_k swapped_k`` (what the model gives the plan
   under other questions of the domain) and ``question = own - plan`` (what this question adds);
 - the **question share** is ``|question|^2 / (|question|^2 + |plan|^2)``: the question part's share
-  of the within-task reward variance (0: the plan alone decides the pick);
+  of the two parts' sum of squares (0: the plan alone decides the pick). The plan part is the mean
+  over a few wrong questions, so it keeps a little of what each of them says: the share is a
+  slight underestimate;
 - between two members, the correlation over every (task, candidate) of their ``question`` parts and
-  of their ``plan`` parts, after each is divided by its member's training reward spread (as the
-  ensemble does).
+  of their ``plan`` parts (neither depends on a model's reward scale).
 
 The mean of three members keeps a part in proportion to how much the members agree on it: with a
 pairwise correlation ``rho`` the mean of three parts of equal spread has ``(1 + 2 rho) / 3`` of one's
-variance. If the members agree on the plan more than on the question, the ensemble's question share
+sum of squares (the ensemble averages the members' rewards, each standardised by its own training
+spread, so spreads are about equal). If the members agree on the plan more than on the question, the ensemble's question share
 falls below theirs and so does its swap cost. Beside the shares, each model's best-of-N picks as
 :mod:`benchmarks.question_reading` scores them (means over tasks, with the own question and a swapped
-one): they tell whether what the mean thins out helped the members pick with the right question or
+one), and the ensemble's picks minus the members' mean pick, paired over tasks with 95% intervals:
+they tell whether what the mean thins out helped the members pick with the right question or
 misled them with a wrong one.
 
     nice -n 19 python -m benchmarks.ensemble_reading --threads 1     # writes results/ensemble_reading.json
@@ -63,6 +66,8 @@ from benchmarks.question_reading import (
     benchmark_config,
     derangement,
     ensemble_of,
+    first_pool_seed,
+    held_out_pairs,
     pick_with_questions,
     rm_scorer,
     shown_questions,
@@ -90,7 +95,7 @@ def centred_rewards(scorer: Scorer, frame: pd.DataFrame, partners: Sequence[dict
 
 
 def question_share(own: np.ndarray, plan: np.ndarray) -> float:
-    """Of the within-task reward variance, the share of the question part ``own - plan``:
+    """The question part ``own - plan``'s share of the two parts' sum of squares:
     ``|own - plan|^2 / (|own - plan|^2 + |plan|^2)`` (0 when no question changes the rewards, 1
     when only the question does).
 
@@ -101,7 +106,7 @@ def question_share(own: np.ndarray, plan: np.ndarray) -> float:
     """
     question, plain = float(np.sum((own - plan) ** 2)), float(np.sum(plan**2))
     if question + plain == 0.0:
-        raise ValueError("every candidate of every task scores alike: no within-task reward variance to share out")
+        raise ValueError("every candidate of every task scores alike: no within-task reward spread to share out")
     return question / (question + plain)
 
 
@@ -130,17 +135,20 @@ def kept_by_mean(rho: float, members: int) -> float:
 
 
 def model_row(name: str, scorer: Scorer, frame: pd.DataFrame, partners: Sequence[dict[str, str]], parts: tuple[np.ndarray, np.ndarray],
-              ) -> dict[str, Any]:
+              ) -> tuple[dict[str, Any], pd.DataFrame]:
     """One model's question share (overall and per domain) and its best-of-N picks' quality with the
-    own question and a swapped one (the mean over ``partners``), and the swap cost between them."""
+    own question and a swapped one (the mean over ``partners``), and the swap cost between them;
+    beside the row, the per-task picks (:func:`~benchmarks.question_reading.pick_with_questions`)."""
     own, plan = parts
     domains = frame["domain"].to_numpy()
-    summary = {r["domain"]: r for r in summarise(pick_with_questions(scorer, frame, partners), bootstrap=0, seed=0)}
-    return {"model": name, "question_share": question_share(own, plan),
-            "question_share_by_domain": {d: question_share(own[domains == d], plan[domains == d]) for d in sorted(set(domains))},
-            "own": summary["all"]["own"]["mean"], "swapped": summary["all"]["swapped"]["mean"],
-            "swap_cost": summary["all"]["swap_cost"]["mean"],
-            "swap_cost_by_domain": {d: r["swap_cost"]["mean"] for d, r in summary.items() if d != "all"}}
+    per_task = pick_with_questions(scorer, frame, partners)
+    summary = {r["domain"]: r for r in summarise(per_task, bootstrap=0, seed=0)}
+    row = {"model": name, "question_share": question_share(own, plan),
+           "question_share_by_domain": {d: question_share(own[domains == d], plan[domains == d]) for d in sorted(set(domains))},
+           "own": summary["all"]["own"]["mean"], "swapped": summary["all"]["swapped"]["mean"],
+           "swap_cost": summary["all"]["swap_cost"]["mean"],
+           "swap_cost_by_domain": {d: r["swap_cost"]["mean"] for d, r in summary.items() if d != "all"}}
+    return row, per_task
 
 
 def parser() -> argparse.ArgumentParser:
@@ -157,6 +165,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--held-out-from", type=int, default=400,
                     help="tasks per domain of the collection the pool is held out from (default 400: question_reading's "
                          "largest curve point, so the same pool)")
+    ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the ensemble-vs-members intervals")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     return ap
@@ -170,37 +179,41 @@ def main(argv: list[str] | None = None) -> int:
     use_sibling_data()
     import torch
 
+    from orchrm.evaluation.metrics import paired_difference
+
     if args.threads:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    # the config question_reading builds for the same pool (its cache key included)
+    # the config question_reading builds for the same pool (its cache key included: its own --bootstrap default)
     config = benchmark_config(qr_parser().parse_args(["--config", args.config, "--tasks", str(args.tasks), "--candidates",
                                                       str(args.candidates), "--repeats", str(args.repeats), "--seed", str(args.seed)]))
     if args.collect_tasks is not None:
         config = with_tasks(config, args.collect_tasks)
     pool_config = with_tasks(config, max(config.collect.tasks_per_domain, args.held_out_from))
     pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
-    frame = pool.pool.frame
-    frame = frame[(frame["pool_seed"] == frame["pool_seed"].min()) & (frame["candidate"] < args.candidates)].reset_index(drop=True)
+    frame = first_pool_seed(pool.pool.frame, args.candidates)
     swap_seeds = list(dict.fromkeys(args.swap_seeds))
     partners = [derangement(frame["task_id"], frame["domain"], seed=s) for s in swap_seeds]
 
-    models, pairs = {}, {}
+    models, pairs, trained = {}, {}, {}
     for seed in dict.fromkeys(args.model_seeds):
         cfg = with_seed(config, seed)
-        table = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
-        if seen := set(table.frame["task_id"]) & set(frame["task_id"]):
-            raise RuntimeError(f"{len(seen)} pool task(s) are in the collection (e.g. {sorted(seen)[:3]}); choose another --seed")
+        table = held_out_pairs(cfg, frame)
         print(f"== model seed {seed}", file=sys.stderr, flush=True)
-        models[f"seed {seed}"] = steps.fit_cached(table, cfg.model, cfg.train).model
-        pairs[f"seed {seed}"] = len(table.frame)
+        fitted = steps.fit_cached(table, cfg.model, cfg.train)
+        models[f"seed {seed}"], pairs[f"seed {seed}"] = fitted.model, len(table.frame)
+        # seconds where this run trained the model, None where it loaded it from the cache
+        trained[f"seed {seed}"] = fitted.info.get("train_seconds")
 
-    # each member's rewards in the units the ensemble averages them in (its training reward spread)
-    parts = {name: tuple(x / float(m.reward_std) for x in centred_rewards(rm_scorer(m), frame, partners)) for name, m in models.items()}
+    # correlations and shares do not depend on a model's reward scale: the rewards are taken as scored
+    parts = {name: centred_rewards(rm_scorer(m), frame, partners) for name, m in models.items()}
     ensemble = ensemble_of(list(models.values()))
     parts["ensemble"] = centred_rewards(rm_scorer(ensemble), frame, partners)
     scorers = {**{name: rm_scorer(m) for name, m in models.items()}, "ensemble": rm_scorer(ensemble)}
-    rows = [model_row(name, scorers[name], frame, partners, parts[name]) for name in scorers]
+    rows, picks = [], {}
+    for name, scorer in scorers.items():
+        row, picks[name] = model_row(name, scorer, frame, partners, parts[name])
+        rows.append(row)
     pairwise = agreement({name: parts[name] for name in models})
     members = len(models)
     rho_q = float(np.mean([r["question_correlation"] for r in pairwise]))
@@ -209,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     # the ensemble's question share if the members' parts had equal spreads: each part kept by its agreement
     kept_q, kept_p = kept_by_mean(rho_q, members), kept_by_mean(rho_p, members)
     predicted = member_share * kept_q / (member_share * kept_q + (1 - member_share) * kept_p)
+    # the ensemble's picks against its members' mean pick, task by task
+    tasks = picks["ensemble"]["task_id"].to_numpy()
+    versus_members = {}
+    for variant in ("own", "swapped"):
+        members_mean = np.mean([picks[name][variant].to_numpy() for name in models], axis=0)
+        d = paired_difference(picks["ensemble"][variant].to_numpy() - members_mean, tasks, bootstrap=args.bootstrap, seed=args.seed)
+        versus_members[variant] = {"mean": d.mean, "ci_low": d.ci_low, "ci_high": d.ci_high}
     for r in rows:
         print(f"{r['model']}: question share {r['question_share']:.3f}, own {r['own']:.3f}, swap cost {100 * r['swap_cost']:+.1f}",
               file=sys.stderr, flush=True)
@@ -222,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                      "collection_tasks_per_domain": config.collect.tasks_per_domain},
         "pool": {"tasks": int(frame["task_id"].nunique()), "rows": len(frame)},
         "pairs": pairs,
+        "train_seconds": trained,
         "models": rows,
         "agreement": pairwise,
         "mean_question_correlation": rho_q,
@@ -229,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "kept_by_mean": {"question": kept_q, "plan": kept_p},
         "members_mean_question_share": member_share,
         "predicted_ensemble_question_share": predicted,
+        "ensemble_minus_members_mean": versus_members,
         "seconds": round(time.perf_counter() - t_start, 1),
     }
     print(f"wrote {write_json(args.out / 'ensemble_reading.json', result)}")

@@ -506,6 +506,21 @@ def with_tasks(config: PipelineConfig, tasks: int) -> PipelineConfig:
     return config.model_copy(update={"collect": with_overrides(config.collect, {"tasks_per_domain": tasks})})
 
 
+def first_pool_seed(pool_frame: pd.DataFrame, candidates: int) -> pd.DataFrame:
+    """The rows of a held-out pool that the benchmark scores: its first pool seed's first ``candidates``."""
+    first = pool_frame["pool_seed"] == pool_frame["pool_seed"].min()
+    return pool_frame[first & (pool_frame["candidate"] < candidates)].reset_index(drop=True)
+
+
+def held_out_pairs(cfg: PipelineConfig, frame: pd.DataFrame) -> steps.PairTable:
+    """The pair table of ``cfg``'s collection (cached), refused if it holds a task of the pool ``frame``."""
+    pairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
+    if seen := set(pairs.frame["task_id"]) & set(frame["task_id"]):
+        raise RuntimeError(f"{len(seen)} pool task(s) are in the collection of {cfg.collect.tasks_per_domain} tasks per domain "
+                           f"(e.g. {sorted(seen)[:3]}); choose another --seed")
+    return pairs
+
+
 def with_seed(config: PipelineConfig, seed: int) -> PipelineConfig:
     from orchrm.config import with_overrides
 
@@ -527,8 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     # the pool is held out from the largest collection, so from every one (generators draw by seed and index)
     pool_config = with_tasks(config, max([default_tasks, *args.curve]))
     pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
-    frame = pool.pool.frame
-    frame = frame[(frame["pool_seed"] == frame["pool_seed"].min()) & (frame["candidate"] < args.candidates)].reset_index(drop=True)
+    frame = first_pool_seed(pool.pool.frame, args.candidates)
     swap_seeds = list(dict.fromkeys(args.swap_seeds))
     partners = [derangement(frame["task_id"], frame["domain"], seed=s) for s in swap_seeds]
     seconds: dict[str, float] = {"pool": round(pool.seconds, 1)}
@@ -536,11 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     train_seconds: dict[str, float] = {}  # by model cache key: a model trained earlier in this run is loaded later
 
     def trained(cfg: PipelineConfig) -> tuple[steps.PairTable, steps.Fitted]:
-        pairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
-        seen = set(pairs.frame["task_id"]) & set(frame["task_id"])
-        if seen:
-            raise RuntimeError(f"{len(seen)} pool task(s) are in the collection of {cfg.collect.tasks_per_domain} tasks per domain "
-                               f"(e.g. {sorted(seen)[:3]}); choose another --seed")
+        pairs = held_out_pairs(cfg, frame)
         fitted = steps.fit_cached(pairs, cfg.model, cfg.train)
         if "train_seconds" in fitted.info:
             train_seconds[fitted.info["cache_key"]] = fitted.info["train_seconds"]

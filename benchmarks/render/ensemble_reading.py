@@ -1,5 +1,5 @@
 """The ensemble-reading page (``ensemble_reading.json``, issue 24): each seed model's and the seed
-ensemble's question share of the within-task reward variance, how much the members agree on the
+ensemble's question share of the within-task rewards, how much the members agree on the
 question part and on the plan part, and what that predicts for the ensemble."""
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ def _agreement_table(res: Record) -> list[str]:
                   for r in res.rows("agreement")])
 
 
+def _pts(x: Record) -> str:
+    return f"{100 * x['mean']:+.1f} points [{100 * x['ci_low']:+.1f}, {100 * x['ci_high']:+.1f}]"
+
+
 def verdict(res: Record) -> list[str]:
     """What the members' agreement says about the ensemble, read off the file."""
     rho_q, rho_p = res["mean_question_correlation"], res["mean_plan_correlation"]
@@ -30,34 +34,35 @@ def verdict(res: Record) -> list[str]:
     measured, predicted, share = ensemble["question_share"], res["predicted_ensemble_question_share"], res["members_mean_question_share"]
     if rho_q < rho_p:
         why = (f"The members agree on the plan (mean correlation {rho_p:.2f}) more than on the question ({rho_q:.2f}): "
-               f"the mean of {members} keeps {kept['plan']:.2f} of a plan part's variance but {kept['question']:.2f} of a "
-               "question part's, so the ensemble's rewards lean on the plan more than any member's.")
+               f"the mean of {members} keeps {kept['plan']:.2f} of a plan part's sum of squares but {kept['question']:.2f} of "
+               "a question part's, so it leans on the plan more than its members do on average.")
     else:
         why = (f"The members agree on the question (mean correlation {rho_q:.2f}) at least as much as on the plan "
-               f"({rho_p:.2f}): averaging does not thin the question part out.")
-    members_rows = [r for r in res.rows("models") if r["model"] != "ensemble"]
-    own = 100 * (ensemble["own"] - sum(r["own"] for r in members_rows) / len(members_rows))
-    swapped = 100 * (ensemble["swapped"] - sum(r["swapped"] for r in members_rows) / len(members_rows))
-    if swapped > max(own, 0.0):
-        picks = (f"Against the members' mean the ensemble picks {own:+.1f} points with the own question and {swapped:+.1f} with "
-                 "a swapped one: its smaller swap cost is mostly a wrong question misleading it less, not the right one "
-                 "helping it less. What the members do not share moves their picks when the question is wrong more than it "
-                 "improves them when it is right.")
+               f"({rho_p:.2f}): averaging thins the question part out no more than the plan part.")
+    lines = [f"{why} From the members' mean question share {share:.3f} and these correlations (equal spreads assumed) "
+             f"the ensemble's would be {predicted:.3f}; it measures {measured:.3f}.", ""]
+    d = res["ensemble_minus_members_mean"]
+    own, swapped = d["own"], d["swapped"]
+    said = f"Against the members' mean pick the ensemble's is {_pts(own)} with the task's own question and {_pts(swapped)} with a swapped one"
+    if swapped["mean"] > 0 and swapped["mean"] > abs(own["mean"]):
+        lines.append(f"{said}: its smaller swap cost is mostly a wrong question misleading it less, not the right one helping it "
+                     "less. What the members do not share moves their picks when the question is wrong more than it improves "
+                     "them when it is right.")
+    elif own["mean"] < 0 and -own["mean"] >= abs(swapped["mean"]):
+        lines.append(f"{said}: what the mean thins out helped the members pick with the right question.")
     else:
-        picks = (f"Against the members' mean the ensemble picks {own:+.1f} points with the own question and {swapped:+.1f} with "
-                 "a swapped one: it reads less of the question, and its own-question pick shows it.")
-    return [f"{why} From the members' mean question share {share:.3f} and these correlations (equal spreads assumed) the "
-            f"ensemble's would be {predicted:.3f}; it measures {measured:.3f}.", "", picks]
+        lines.append(f"{said}.")
+    return lines
 
 
 def _intro(res: Record) -> list[str]:
     s = res["settings"]
-    return [f"The default config (`{s['config']}`, {s['collection_tasks_per_domain']} tasks per domain) trained with model seeds "
+    return [f"The config `{s['config']}` ({s['collection_tasks_per_domain']} tasks per domain) trained with model seeds "
             f"{', '.join(str(x) for x in s['model_seeds'])}, each alone and as one ensemble (the mean of their standardised "
             f"rewards), on {res['pool']['tasks']} fresh tasks ({s['candidates']} candidates each, seed {s['seed']}). Each "
             "reward is centred within its task; the *plan part* is its mean under the questions of other tasks of the domain "
             f"(the derangements of seeds {', '.join(str(x) for x in s['swap_seeds'])}), the *question part* what the task's own "
-            "question adds to it. Question share: the question part's share of the within-task reward variance. Own- and "
+            "question adds to it. Question share: the question part's share of the two parts' sum of squares. Own- and "
             "swapped-question quality and the swap cost between them: the best-of-N pick's expected quality, as on the "
             "question-reading page (means over tasks).", ""]
 
@@ -65,8 +70,7 @@ def _intro(res: Record) -> list[str]:
 def page(res: Record) -> list[str]:
     return ["# What the seed ensemble keeps of its members' question reading (issue 24)", "", *_intro(res),
             *_models_table(res), "", "## Do the members agree?", "",
-            "Correlation over every (task, candidate) of two members' parts, each member's rewards in units of its training "
-            "reward spread (as the ensemble averages them).", "", *_agreement_table(res), "", "## What the mean keeps", "",
+            "Correlation over every (task, candidate) of two members' parts.", "", *_agreement_table(res), "", "## What the mean keeps", "",
             *verdict(res)]
 
 

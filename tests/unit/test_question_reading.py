@@ -256,13 +256,38 @@ def test_the_question_share_splits_rewards_into_what_the_own_question_adds_and_w
     assert own[:3] == pytest.approx([2 / 3, -1 / 3, -1 / 3])
     assert plan[:3] == pytest.approx([-1 / 3, 1 / 6, 1 / 6])
     assert question_share(own, plan) == pytest.approx(1.5 / (1.5 + 1 / 6))
-    # two members that agree on the plan and read the question in opposite ways: their mean reads nothing
+    # two members with the same plan prior that read the question in opposite ways: their mean reads nothing
     a = lambda q, p, d: prior(q, p, d) + reads(q, p, d)  # noqa: E731
     b = lambda q, p, d: prior(q, p, d) - reads(q, p, d)  # noqa: E731
     parts = {"a": centred_rewards(a, frame, partners), "b": centred_rewards(b, frame, partners)}
     (row,) = agreement(parts)
     assert row["members"] == ["a", "b"] and row["question_correlation"] == pytest.approx(-1.0)
+    assert row["plan_correlation"] == pytest.approx(11 / 13)  # prior +- the partners' mean: they agree on the prior alone
     mean = lambda q, p, d: (a(q, p, d) + b(q, p, d)) / 2  # noqa: E731
     assert question_share(*centred_rewards(mean, frame, partners)) == pytest.approx(0.0)
-    with pytest.raises(ValueError, match="no within-task reward variance"):
+    with pytest.raises(ValueError, match="no within-task reward spread"):
         question_share(np.zeros(3), np.zeros(3))
+
+
+@pytest.mark.parametrize(("own", "swapped", "says"), [
+    (-0.001, 0.013, "mostly a wrong question misleading it less"),
+    (-0.03, 0.005, "helped the members pick with the right question"),
+    (0.01, -0.004, "own question and -0.4 points [-1.4, +0.6] with a swapped one."),
+])
+def test_the_ensemble_page_says_which_side_of_the_swap_cost_the_mean_moved(own, swapped, says):
+    from benchmarks.render.ensemble_reading import verdict
+    from benchmarks.render.records import Record
+
+    def d(x):
+        return {"mean": x, "ci_low": x - 0.01, "ci_high": x + 0.01}
+
+    res = Record({"mean_question_correlation": 0.6, "mean_plan_correlation": 0.95, "kept_by_mean": {"question": 0.73, "plan": 0.97},
+                  "settings": {"model_seeds": [0, 1, 2]}, "members_mean_question_share": 0.27, "predicted_ensemble_question_share": 0.22,
+                  "models": [{"model": "seed 0", "question_share": 0.3}, {"model": "ensemble", "question_share": 0.21}],
+                  "ensemble_minus_members_mean": {"own": d(own), "swapped": d(swapped)}}, "ensemble_reading.json")
+    text = " ".join(verdict(res))
+    assert "agree on the plan (mean correlation 0.95) more than on the question (0.60)" in text
+    assert "would be 0.220; it measures 0.210" in text
+    assert says in text
+    others = {"mostly a wrong question misleading it less", "helped the members pick with the right question"} - {says}
+    assert not any(o in text for o in others)
