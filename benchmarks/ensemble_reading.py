@@ -64,18 +64,31 @@ from benchmarks.common.results_io import (
 from benchmarks.question_reading import (
     Scorer,
     benchmark_config,
-    derangement,
     ensemble_of,
-    first_pool_seed,
     held_out_pairs,
     pick_with_questions,
     rm_scorer,
+    scoring_pool,
     shown_questions,
     summarise,
     with_seed,
     with_tasks,
 )
 from benchmarks.question_reading import parser as qr_parser
+
+
+def remembered(scorer: Scorer) -> Scorer:
+    """``scorer``, scoring each distinct call (the same questions, plans and domains) once: the
+    shares and the picks score a model's pool with the same questions."""
+    seen: dict[tuple[tuple[Any, ...], ...], Any] = {}
+
+    def score(questions: Sequence[str], plans: Sequence[str], domains: Sequence[Any]) -> Any:
+        key = (tuple(questions), tuple(plans), tuple(domains))
+        if key not in seen:
+            seen[key] = scorer(questions, plans, domains)
+        return seen[key]
+
+    return score
 
 
 def centred_rewards(scorer: Scorer, frame: pd.DataFrame, partners: Sequence[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +147,20 @@ def kept_by_mean(rho: float, members: int) -> float:
     return (1 + (members - 1) * rho) / members
 
 
+def predicted_share(member_share: float, kept_question: float, kept_plan: float) -> float:
+    """The question share of the mean of members whose question share is ``member_share``, when
+    the mean keeps ``kept_question`` of the question part's sum of squares and ``kept_plan`` of
+    the plan part's (:func:`kept_by_mean`; members of equal spread).
+
+    >>> predicted_share(0.25, 1.0, 1.0)
+    0.25
+    >>> predicted_share(0.5, 0.5, 1.0)
+    0.3333333333333333
+    """
+    question, plan = member_share * kept_question, (1 - member_share) * kept_plan
+    return question / (question + plan)
+
+
 def model_row(name: str, scorer: Scorer, frame: pd.DataFrame, partners: Sequence[dict[str, str]], parts: tuple[np.ndarray, np.ndarray],
               ) -> tuple[dict[str, Any], pd.DataFrame]:
     """One model's question share (overall and per domain) and its best-of-N picks' quality with the
@@ -184,16 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    # the config question_reading builds for the same pool (its cache key included: its own --bootstrap default)
-    config = benchmark_config(qr_parser().parse_args(["--config", args.config, "--tasks", str(args.tasks), "--candidates",
-                                                      str(args.candidates), "--repeats", str(args.repeats), "--seed", str(args.seed)]))
+    # the config and pool question_reading builds (with its own --bootstrap: the pool's cache key holds it)
+    config = benchmark_config(args.config, tasks=args.tasks, candidates=args.candidates, repeats=args.repeats, seed=args.seed,
+                              bootstrap=qr_parser().get_default("bootstrap"))
     if args.collect_tasks is not None:
         config = with_tasks(config, args.collect_tasks)
-    pool_config = with_tasks(config, max(config.collect.tasks_per_domain, args.held_out_from))
-    pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
-    frame = first_pool_seed(pool.pool.frame, args.candidates)
-    swap_seeds = list(dict.fromkeys(args.swap_seeds))
-    partners = [derangement(frame["task_id"], frame["domain"], seed=s) for s in swap_seeds]
+    pool_config, _, frame, swap_seeds, partners = scoring_pool(config, args.held_out_from, args.swap_seeds)
 
     models, pairs, trained = {}, {}, {}
     for seed in dict.fromkeys(args.model_seeds):
@@ -206,10 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         trained[f"seed {seed}"] = fitted.info.get("train_seconds")
 
     # correlations and shares do not depend on a model's reward scale: the rewards are taken as scored
-    parts = {name: centred_rewards(rm_scorer(m), frame, partners) for name, m in models.items()}
-    ensemble = ensemble_of(list(models.values()))
-    parts["ensemble"] = centred_rewards(rm_scorer(ensemble), frame, partners)
-    scorers = {**{name: rm_scorer(m) for name, m in models.items()}, "ensemble": rm_scorer(ensemble)}
+    scorers = {name: remembered(rm_scorer(m)) for name, m in models.items()}
+    scorers["ensemble"] = remembered(rm_scorer(ensemble_of(list(models.values()))))
+    parts = {name: centred_rewards(scorer, frame, partners) for name, scorer in scorers.items()}
     rows, picks = [], {}
     for name, scorer in scorers.items():
         row, picks[name] = model_row(name, scorer, frame, partners, parts[name])
@@ -221,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     member_share = float(np.mean([r["question_share"] for r in rows if r["model"] != "ensemble"]))
     # the ensemble's question share if the members' parts had equal spreads: each part kept by its agreement
     kept_q, kept_p = kept_by_mean(rho_q, members), kept_by_mean(rho_p, members)
-    predicted = member_share * kept_q / (member_share * kept_q + (1 - member_share) * kept_p)
+    predicted = predicted_share(member_share, kept_q, kept_p)
     # the ensemble's picks against its members' mean pick, task by task
     tasks = picks["ensemble"]["task_id"].to_numpy()
     versus_members = {}

@@ -62,7 +62,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -485,17 +485,19 @@ def curve_seeds(tasks: int, args: argparse.Namespace) -> list[int]:
     return list(args.model_seeds)
 
 
-def benchmark_config(args: argparse.Namespace) -> PipelineConfig:
-    """The config of ``--config`` with its evaluation set to the benchmark's pool: one pool seed
-    (the picks at N = candidates and their expected quality do not depend on the candidates'
-    order), held out from the largest collection the run trains on."""
+def benchmark_config(config_path: str | Path, *, tasks: int, candidates: int, repeats: int, seed: int,
+                     bootstrap: int) -> PipelineConfig:
+    """The config at ``config_path`` with its evaluation set to the benchmark's pool: ``tasks``
+    fresh tasks per domain from ``seed``, one pool seed of ``candidates`` (the picks at N =
+    candidates and their expected quality do not depend on the candidates' order), each re-run
+    ``repeats`` times."""
     from orchrm.config import load_config, with_overrides
 
-    base = load_config(args.config)
+    base = load_config(config_path)
     evaluate_cfg = with_overrides(base.evaluate, {
-        "tasks_per_domain": args.tasks, "candidates": args.candidates, "best_of": (args.candidates,), "pool_seeds": (0,),
-        "repeats": args.repeats, "seed": args.seed, "bootstrap": args.bootstrap,
-        "gates": base.evaluate.gates.model_dump() | {"best_of": args.candidates},
+        "tasks_per_domain": tasks, "candidates": candidates, "best_of": (candidates,), "pool_seeds": (0,),
+        "repeats": repeats, "seed": seed, "bootstrap": bootstrap,
+        "gates": base.evaluate.gates.model_dump() | {"best_of": candidates},
     })
     return base.model_copy(update={"evaluate": evaluate_cfg})
 
@@ -521,6 +523,29 @@ def held_out_pairs(cfg: PipelineConfig, frame: pd.DataFrame) -> steps.PairTable:
     return pairs
 
 
+class ScoringPool(NamedTuple):
+    """The held-out pool a run scores: its config (collection of the tasks it is held out from),
+    the seconds it took to build (or load), its scored rows and the swap partners of its tasks."""
+
+    config: PipelineConfig
+    seconds: float
+    frame: pd.DataFrame
+    swap_seeds: list[int]
+    partners: list[dict[str, str]]
+
+
+def scoring_pool(config: PipelineConfig, held_out_from: int, swap_seeds: Sequence[int]) -> ScoringPool:
+    """``config``'s pool (cached), held out from a collection of ``held_out_from`` tasks per domain
+    (at least the config's own; generators draw by seed and index, so from every smaller one too):
+    its first pool seed's rows and one derangement per distinct seed of ``swap_seeds``."""
+    pool_config = with_tasks(config, max(config.collect.tasks_per_domain, held_out_from))
+    pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
+    frame = first_pool_seed(pool.pool.frame, config.evaluate.candidates)
+    seeds = list(dict.fromkeys(swap_seeds))
+    return ScoringPool(pool_config, pool.seconds, frame, seeds,
+                       [derangement(frame["task_id"], frame["domain"], seed=s) for s in seeds])
+
+
 def with_seed(config: PipelineConfig, seed: int) -> PipelineConfig:
     from orchrm.config import with_overrides
 
@@ -537,15 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    config = benchmark_config(args)
+    config = benchmark_config(args.config, tasks=args.tasks, candidates=args.candidates, repeats=args.repeats,
+                              seed=args.seed, bootstrap=args.bootstrap)
     default_tasks = config.collect.tasks_per_domain
-    # the pool is held out from the largest collection, so from every one (generators draw by seed and index)
-    pool_config = with_tasks(config, max([default_tasks, *args.curve]))
-    pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
-    frame = first_pool_seed(pool.pool.frame, args.candidates)
-    swap_seeds = list(dict.fromkeys(args.swap_seeds))
-    partners = [derangement(frame["task_id"], frame["domain"], seed=s) for s in swap_seeds]
-    seconds: dict[str, float] = {"pool": round(pool.seconds, 1)}
+    # the pool is held out from the largest collection, so from every one
+    pool_config, pool_seconds, frame, swap_seeds, partners = scoring_pool(config, max([default_tasks, *args.curve]), args.swap_seeds)
+    seconds: dict[str, float] = {"pool": round(pool_seconds, 1)}
 
     train_seconds: dict[str, float] = {}  # by model cache key: a model trained earlier in this run is loaded later
 

@@ -269,6 +269,42 @@ def test_the_question_share_splits_rewards_into_what_the_own_question_adds_and_w
         question_share(np.zeros(3), np.zeros(3))
 
 
+def test_the_predicted_ensemble_share_is_what_the_mean_of_three_members_measures():
+    from benchmarks.ensemble_reading import kept_by_mean, predicted_share, question_share
+
+    rng = np.random.default_rng(0)
+    n, rho_q, rho_p, reading = 200_000, 0.6, 0.95, 0.7  # each member's question part has 0.7 of its plan part's spread
+    shared_q, shared_p = rng.standard_normal(n), rng.standard_normal(n)
+    members = []
+    for _ in range(3):
+        plan = np.sqrt(rho_p) * shared_p + np.sqrt(1 - rho_p) * rng.standard_normal(n)
+        question = reading * (np.sqrt(rho_q) * shared_q + np.sqrt(1 - rho_q) * rng.standard_normal(n))
+        members.append((plan + question, plan))
+    member_share = reading**2 / (1 + reading**2)
+    assert np.mean([question_share(own, plan) for own, plan in members]) == pytest.approx(member_share, abs=0.005)
+    mean_own, mean_plan = (np.mean([m[i] for m in members], axis=0) for i in (0, 1))
+    predicted = predicted_share(member_share, kept_by_mean(rho_q, 3), kept_by_mean(rho_p, 3))
+    assert predicted < member_share - 0.05  # the members agree on the plan more: the mean thins out the question
+    assert question_share(mean_own, mean_plan) == pytest.approx(predicted, abs=0.005)
+
+
+def test_a_remembered_scorer_scores_each_distinct_call_once():
+    from benchmarks.ensemble_reading import remembered
+
+    calls = []
+
+    def scorer(questions, plans, domains):
+        calls.append(list(questions))
+        return np.array([len(q) + len(p) for q, p in zip(questions, plans, strict=True)], dtype=float)
+
+    once = remembered(scorer)
+    first = once(["a", "bb"], ["p", "q"], ["math", "math"])
+    again = once(["a", "bb"], ["p", "q"], ["math", "math"])
+    other = once(["bb", "a"], ["p", "q"], ["math", "math"])
+    assert calls == [["a", "bb"], ["bb", "a"]]
+    assert list(first) == list(again) == [2.0, 3.0] and list(other) == [3.0, 2.0]
+
+
 @pytest.mark.parametrize(("own", "swapped", "says"), [
     (-0.001, 0.013, "mostly a wrong question misleading it less"),
     (-0.03, 0.005, "helped the members pick with the right question"),
