@@ -464,6 +464,9 @@ def parser() -> argparse.ArgumentParser:
                          "question's figures are their mean (default 0 1 2 3 4)")
     ap.add_argument("--curve", type=int, nargs="*", default=[50, 100, 200, 400],
                     help="distinct training tasks per domain of the learning curve's collections (none: no curve)")
+    ap.add_argument("--held-out-from", type=int, default=None,
+                    help="hold the pool out from a collection of this many tasks per domain, or of the largest --curve "
+                         "point if larger (default: the largest; 400 gives a run with --curve 200 the full run's pool)")
     ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1, 2], help="model and training seeds per curve point")
     ap.add_argument("--seeded-up-to", type=int, default=200,
                     help="curve points with more tasks per domain train the first model seed only (a time budget)")
@@ -566,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
                               seed=args.seed, bootstrap=args.bootstrap)
     default_tasks = config.collect.tasks_per_domain
     # the pool is held out from the largest collection, so from every one
-    pool_config, pool_seconds, frame, swap_seeds, partners = scoring_pool(config, max([default_tasks, *args.curve]), args.swap_seeds)
+    held_out_from = max([default_tasks, args.held_out_from or 0, *args.curve])
+    pool_config, pool_seconds, frame, swap_seeds, partners = scoring_pool(config, held_out_from, args.swap_seeds)
     seconds: dict[str, float] = {"pool": round(pool_seconds, 1)}
 
     train_seconds: dict[str, float] = {}  # by model cache key: a model trained earlier in this run is loaded later
