@@ -67,6 +67,7 @@ from benchmarks.question_reading import (
     ensemble_of,
     held_out_pairs,
     pick_with_questions,
+    pool_collection,
     rm_scorer,
     scoring_pool,
     shown_questions,
@@ -86,7 +87,7 @@ def remembered(scorer: Scorer) -> Scorer:
         key = (tuple(questions), tuple(plans), tuple(domains))
         if key not in seen:
             seen[key] = scorer(questions, plans, domains)
-        return seen[key]
+        return seen[key].copy()  # a caller that edits its rewards leaves the remembered ones as they were
 
     return score
 
@@ -189,9 +190,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1, 2], help="the ensemble's members (default 0 1 2)")
     ap.add_argument("--collect-tasks", type=int, default=None,
                     help="distinct training tasks per domain of the members' collection (default: the config's)")
-    ap.add_argument("--held-out-from", type=int, default=400,
-                    help="tasks per domain of the collection the pool is held out from (default 400: question_reading's "
-                         "largest curve point, so the same pool)")
+    largest = max(qr_parser().get_default("curve"))
+    ap.add_argument("--held-out-from", type=int, default=largest,
+                    help="tasks per domain of the collection the pool is held out from, at least the members' "
+                         f"(default {largest}: question_reading's largest curve point, so the same pool)")
     ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of the ensemble-vs-members intervals")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -216,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
                               bootstrap=qr_parser().get_default("bootstrap"))
     if args.collect_tasks is not None:
         config = with_tasks(config, args.collect_tasks)
-    pool_config, _, frame, swap_seeds, partners = scoring_pool(config, args.held_out_from, args.swap_seeds)
+    try:
+        held_out_from = pool_collection([config.collect.tasks_per_domain], args.held_out_from)
+    except ValueError as exc:
+        ap.error(str(exc))
+    pool_config, _, frame, swap_seeds, partners = scoring_pool(config, held_out_from, args.swap_seeds)
 
     models, pairs, trained = {}, {}, {}
     for seed in dict.fromkeys(args.model_seeds):

@@ -105,7 +105,11 @@ def derangement(task_ids: Sequence[str], domains: Sequence[str], *, seed: int) -
     domain the tasks are put in a seeded random order and each is paired with the next, the
     last with the first: a single cycle, so no task is its own partner.
 
-    >>> derangement(["a", "b", "c"], ["x", "x", "x"], seed=0) == {"a": "c", "c": "b", "b": "a"}
+    >>> partner = derangement(["a", "b", "c", "d"], ["x", "x", "y", "y"], seed=0)
+    >>> partner == {"a": "b", "b": "a", "c": "d", "d": "c"}
+    True
+    >>> partner = derangement(["a", "b", "c"], ["x", "x", "x"], seed=0)
+    >>> sorted(partner.values()) == ["a", "b", "c"] and all(t != p for t, p in partner.items())
     True
     """
     frame = pd.DataFrame({"task_id": list(task_ids), "domain": list(domains)}).drop_duplicates("task_id")
@@ -465,8 +469,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--curve", type=int, nargs="*", default=[50, 100, 200, 400],
                     help="distinct training tasks per domain of the learning curve's collections (none: no curve)")
     ap.add_argument("--held-out-from", type=int, default=None,
-                    help="hold the pool out from a collection of this many tasks per domain, or of the largest --curve "
-                         "point if larger (default: the largest; 400 gives a run with --curve 200 the full run's pool)")
+                    help="hold the pool out from a collection of this many tasks per domain, at least the largest "
+                         "--curve point and the config's own (the default); 400 gives a run with --curve 200 the full "
+                         "run's pool")
     ap.add_argument("--model-seeds", type=int, nargs="+", default=[0, 1, 2], help="model and training seeds per curve point")
     ap.add_argument("--seeded-up-to", type=int, default=200,
                     help="curve points with more tasks per domain train the first model seed only (a time budget)")
@@ -537,6 +542,24 @@ class ScoringPool(NamedTuple):
     partners: list[dict[str, str]]
 
 
+def pool_collection(collections: Sequence[int], held_out_from: int | None = None) -> int:
+    """Tasks per domain of the collection the pool is held out from: ``held_out_from``, by default
+    the largest of ``collections`` (those the run trains on), which it may not be below, or the
+    pool would hold tasks that a model trained on.
+
+    >>> pool_collection([200, 50, 400]), pool_collection([200], 400)
+    (400, 400)
+    """
+    largest = max(collections)
+    if held_out_from is None:
+        return largest
+    if held_out_from < largest:
+        raise ValueError(f"--held-out-from {held_out_from} is below the largest collection this run trains on "
+                         f"({largest} tasks per domain), so the pool would hold training tasks: give at least "
+                         f"{largest}, or leave it out")
+    return held_out_from
+
+
 def scoring_pool(config: PipelineConfig, held_out_from: int, swap_seeds: Sequence[int]) -> ScoringPool:
     """``config``'s pool (cached), held out from a collection of ``held_out_from`` tasks per domain
     (at least the config's own; generators draw by seed and index, so from every smaller one too):
@@ -569,7 +592,10 @@ def main(argv: list[str] | None = None) -> int:
                               seed=args.seed, bootstrap=args.bootstrap)
     default_tasks = config.collect.tasks_per_domain
     # the pool is held out from the largest collection, so from every one
-    held_out_from = max([default_tasks, args.held_out_from or 0, *args.curve])
+    try:
+        held_out_from = pool_collection([default_tasks, *args.curve], args.held_out_from)
+    except ValueError as exc:
+        ap.error(str(exc))
     pool_config, pool_seconds, frame, swap_seeds, partners = scoring_pool(config, held_out_from, args.swap_seeds)
     seconds: dict[str, float] = {"pool": round(pool_seconds, 1)}
 

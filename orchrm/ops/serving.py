@@ -14,7 +14,7 @@ Every prompt and action text comes from :mod:`orchrm.model.texts`, the module pa
 writes the pair table with; scoring tokens are counted by :func:`orchrm.model.scoring.scoring_tokens`.
 
 >>> from orchrm import TestTimeScalableOrchestrator                          # doctest: +SKIP
->>> orch = TestTimeScalableOrchestrator(reward_model="models:/orchrm-reward@champion", num_candidates=5)
+>>> orch = TestTimeScalableOrchestrator(reward_model="models:/orchrm-reward@champion", num_candidates=5)  # doctest: +SKIP
 >>> result = orch.execute(task="Answer: what is the capital of France?")    # doctest: +SKIP
 >>> result.score, result.answer                                              # doctest: +SKIP
 """

@@ -299,10 +299,23 @@ def test_a_remembered_scorer_scores_each_distinct_call_once():
 
     once = remembered(scorer)
     first = once(["a", "bb"], ["p", "q"], ["math", "math"])
+    first[0] = -1.0  # a caller's edit does not reach the remembered rewards
     again = once(["a", "bb"], ["p", "q"], ["math", "math"])
     other = once(["bb", "a"], ["p", "q"], ["math", "math"])
-    assert calls == [["a", "bb"], ["bb", "a"]]
-    assert list(first) == list(again) == [2.0, 3.0] and list(other) == [3.0, 2.0]
+    once(["a", "bb"], ["q", "p"], ["math", "math"])  # other plans
+    once(["a", "bb"], ["p", "q"], ["code", "math"])  # other domains
+    assert calls == [["a", "bb"], ["bb", "a"], ["a", "bb"], ["a", "bb"]]
+    assert list(again) == [2.0, 3.0] and list(other) == [3.0, 2.0]
+
+
+def test_the_pool_is_held_out_from_the_largest_collection_and_never_from_a_smaller_one():
+    from benchmarks.question_reading import pool_collection
+
+    assert pool_collection([200, 50, 100, 400]) == 400
+    assert pool_collection([200, 50], 400) == 400  # a --curve 200 ablation on the full run's pool
+    assert pool_collection([200], 200) == 200
+    with pytest.raises(ValueError, match=r"--held-out-from 100 is below the largest collection .*\(400 tasks"):
+        pool_collection([200, 400], 100)
 
 
 @pytest.mark.parametrize(("own", "swapped", "says"), [
