@@ -562,9 +562,10 @@ def pool_collection(collections: Sequence[int], held_out_from: int | None = None
 
 def scoring_pool(config: PipelineConfig, held_out_from: int, swap_seeds: Sequence[int]) -> ScoringPool:
     """``config``'s pool (cached), held out from a collection of ``held_out_from`` tasks per domain
-    (at least the config's own; generators draw by seed and index, so from every smaller one too):
-    its first pool seed's rows and one derangement per distinct seed of ``swap_seeds``."""
-    pool_config = with_tasks(config, max(config.collect.tasks_per_domain, held_out_from))
+    (:func:`pool_collection`'s answer, so at least the config's own; generators draw by seed and
+    index, so the pool is held out from every smaller collection too): its first pool seed's rows
+    and one derangement per distinct seed of ``swap_seeds``."""
+    pool_config = with_tasks(config, held_out_from)
     pool = steps.held_out_pool(pool_config.evaluate, pool_config.collect, pool_config.sandbox)
     frame = first_pool_seed(pool.pool.frame, config.evaluate.candidates)
     seeds = list(dict.fromkeys(swap_seeds))
