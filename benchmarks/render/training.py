@@ -141,7 +141,8 @@ def _nightly_table(res: Record) -> list[str]:
     return [*table(["run", "wall s (orchrm train, start to saved model)", "epochs run", "best epoch", "training pairs/s"],
                    rows, right=4), "",
             f"Target: a retrain on {t['pairs']} pairs in under {num(t['seconds'], '.0f')} s on 2 CPU cores: "
-            f"**{met(res['met'])}** (slowest run {num(res['worst_seconds'], '.0f')} s).", "", *_ensemble_lines(res)]
+            f"**{met(res['met'])}** (slowest run {num(res['worst_seconds'], '.0f')} s).", "", *_ensemble_lines(res),
+            *_config_lines(res)]
 
 
 def _ensemble_lines(res: Record) -> list[str]:
@@ -152,6 +153,16 @@ def _ensemble_lines(res: Record) -> list[str]:
         return []
     return ["The opt-in ensemble on the same pairs (its members trained one after another; epochs and best epochs per member):", "",
             *table(["orchrm train", "wall s", "epochs run", "best epoch", "training pairs/s"], rows, right=4), ""]
+
+
+def _config_lines(res: Record) -> list[str]:
+    """Candidate defaults (``orchrm train --config``) timed on the same pairs in the same run, if any."""
+    rows = [[f"`{c['config']}`", " / ".join(num(r["seconds"], ".0f") for r in c["runs"]),
+             " / ".join(str(r["epochs_run"]) for r in c["runs"]), met(c["met"])] for c in res.get("configs") or []]
+    if not rows:
+        return []
+    return ["Other configs on the same pairs, in the same run (`orchrm train --config`):", "",
+            *table(["config", "wall s per run", "epochs run", "target"], rows, right=2), ""]
 
 
 def nightly_page(res: Record) -> list[str]:

@@ -246,3 +246,18 @@ def test_the_gpu_section_of_train_json_is_on_its_page(tmp_path):
     assert "| shared_prompt | bf16 autocast | 1234.6 | 2048 | 0.681 |" in page
     assert "Command: `python -m benchmarks.gpu_train`" in page and "Commit: `beef`" in page
     assert "| shared_prompt | bf16 autocast | 1234.6 | 2048 | 0.681 |" in (paths["docs"] / "results.md").read_text()
+
+
+def test_configs_timed_beside_the_nightly_default_get_their_own_table(tmp_path):
+    nightly = json.loads((RESULTS / "nightly_retrain.json").read_text())
+    nightly.pop("configs", None)
+    without = rendered(tmp_path / "default", {"nightly_retrain": nightly})
+    assert "Other configs on the same pairs" not in (without["results"] / "nightly_retrain.md").read_text()
+
+    nightly["configs"] = [{"config": "benchmarks/configs/joint_small.yaml", "worst_seconds": 301.4, "met": False,
+                           "runs": [{**nightly["runs"][0], "seconds": 151.2, "epochs_run": "9"},
+                                    {**nightly["runs"][0], "seconds": 301.4, "epochs_run": "12"}]}]
+    paths = rendered(tmp_path / "configs", {"nightly_retrain": nightly})
+    page = (paths["results"] / "nightly_retrain.md").read_text()
+    assert "Other configs on the same pairs, in the same run (`orchrm train --config`):" in page
+    assert "| `benchmarks/configs/joint_small.yaml` | 151 / 301 | 9 / 12 | not met |" in page
