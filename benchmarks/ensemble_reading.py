@@ -67,7 +67,7 @@ from benchmarks.question_reading import (
     ensemble_of,
     held_out_pairs,
     pick_with_questions,
-    pool_collection,
+    pool_collection_arg,
     rm_scorer,
     scoring_pool,
     shown_questions,
@@ -218,10 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                               bootstrap=qr_parser().get_default("bootstrap"))
     if args.collect_tasks is not None:
         config = with_tasks(config, args.collect_tasks)
-    try:
-        held_out_from = pool_collection([config.collect.tasks_per_domain], args.held_out_from)
-    except ValueError as exc:
-        ap.error(str(exc))
+    held_out_from = pool_collection_arg(ap, [config.collect.tasks_per_domain], args.held_out_from)
     pool_config, _, frame, swap_seeds, partners = scoring_pool(config, held_out_from, args.swap_seeds)
 
     models, pairs, trained = {}, {}, {}

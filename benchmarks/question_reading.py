@@ -560,6 +560,14 @@ def pool_collection(collections: Sequence[int], held_out_from: int | None = None
     return held_out_from
 
 
+def pool_collection_arg(ap: argparse.ArgumentParser, collections: Sequence[int], held_out_from: int | None) -> int:
+    """:func:`pool_collection`, its refusal a usage error of ``ap`` (``--held-out-from``)."""
+    try:
+        return pool_collection(collections, held_out_from)
+    except ValueError as exc:
+        ap.error(str(exc))
+
+
 def scoring_pool(config: PipelineConfig, held_out_from: int, swap_seeds: Sequence[int]) -> ScoringPool:
     """``config``'s pool (cached), held out from a collection of ``held_out_from`` tasks per domain
     (:func:`pool_collection`'s answer, so at least the config's own; generators draw by seed and
@@ -593,10 +601,7 @@ def main(argv: list[str] | None = None) -> int:
                               seed=args.seed, bootstrap=args.bootstrap)
     default_tasks = config.collect.tasks_per_domain
     # the pool is held out from the largest collection, so from every one
-    try:
-        held_out_from = pool_collection([default_tasks, *args.curve], args.held_out_from)
-    except ValueError as exc:
-        ap.error(str(exc))
+    held_out_from = pool_collection_arg(ap, [default_tasks, *args.curve], args.held_out_from)
     pool_config, pool_seconds, frame, swap_seeds, partners = scoring_pool(config, held_out_from, args.swap_seeds)
     seconds: dict[str, float] = {"pool": round(pool_seconds, 1)}
 

@@ -318,6 +318,17 @@ def test_the_pool_is_held_out_from_the_largest_collection_and_never_from_a_small
         pool_collection([200, 400], 100)
 
 
+@pytest.mark.parametrize("module", ["benchmarks.question_reading", "benchmarks.ensemble_reading"])
+def test_a_pool_held_out_from_too_small_a_collection_is_a_usage_error_naming_the_flag(module, capsys, monkeypatch, tmp_path):
+    import importlib
+
+    monkeypatch.setenv("ORCHRM_DATA_DIR", str(tmp_path))  # set, so main leaves the environment as it was
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(module).main(["--held-out-from", "100", "--out", "unused"])
+    assert exit_.value.code == 2
+    assert "error: --held-out-from 100 is below the largest collection this run trains on" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("own", "swapped", "says"), [
     (-0.001, 0.013, "mostly a wrong question misleading it less"),
     (-0.03, 0.005, "helped the members pick with the right question"),
