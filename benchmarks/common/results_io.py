@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,18 @@ def use_sibling_data() -> None:
 
 
 def machine(**extra: Any) -> dict[str, Any]:
-    """What a results file records of the machine: OS, CPU model and count, Python, load average now."""
+    """What a results file records of the machine: OS, CPU model and count, Python, load average now,
+    and, where the run imported torch, the vector instructions its CPU kernels dispatch to (AVX2,
+    AVX512, ...): training at one thread is bit-for-bit repeatable on one kind of kernel, but two
+    CPUs that report the same model name may dispatch differently and so train other weights."""
+    torch = sys.modules.get("torch")
     return {
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        **({"torch_cpu_capability": torch.backends.cpu.get_cpu_capability()} if torch is not None else {}),
         **extra,
     }
 

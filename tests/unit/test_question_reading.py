@@ -351,3 +351,13 @@ def test_the_ensemble_page_says_which_side_of_the_swap_cost_the_mean_moved(own, 
     assert says in text
     others = {"mostly a wrong question misleading it less", "helped the members pick with the right question"} - {says}
     assert not any(o in text for o in others)
+
+
+def test_a_results_file_records_the_cpu_kernels_torch_dispatched_to_beside_the_cpu_model():
+    import torch
+
+    from benchmarks.common.results_io import provenance
+
+    recorded = provenance("python -m benchmarks.question_reading", torch_threads=1)["machine"]
+    assert recorded["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability() != ""
+    assert recorded["torch_threads"] == 1 and recorded["cpus"] >= 1
