@@ -183,3 +183,48 @@ def test_object_reprs_carry_no_memory_address(ex):
     the process's memory layout."""
     res = ex.run("def f(xs):\n    return reversed(xs)\n", [Check("f([1, 2])", kind="eval")])
     assert res.results[0].output == "<list_reverseiterator object>"
+
+
+def test_a_check_is_timed_in_cpu_time_so_waiting_briefly_is_no_timeout(ex):
+    """0.5 s of sleep spends no CPU: the 0.3 s budget is not used up, and the check passes."""
+    res = ex.run("import time\ndef f():\n    time.sleep(0.5)\n    return 1\n", [Check("f()", kind="eval", expected="1")])
+    assert res.status == "ok" and res.passed == 1, res
+
+
+def test_a_check_that_waits_past_four_budgets_of_wall_clock_times_out_and_the_next_still_runs(ex):
+    res, secs = run_one(ex, "import time\ndef f():\n    time.sleep(30)\n")
+    assert res.results[0].reason == "timeout after 0.3s"
+    assert res.results[1].passed
+    assert secs < LIMITS.total_timeout_s
+
+
+def test_a_check_gets_the_same_verdict_when_other_processes_share_its_cpu():
+    """Pinned to one CPU beside eight busy processes, a check that computes for about a sixth of
+    its budget (0.17 s here) takes longer than the budget in wall-clock time; it still passes (a
+    wall-clock alarm timed it out, so a collection's verdicts changed with the machine's load)."""
+    import subprocess
+    import sys
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs os.sched_setaffinity (Linux)")
+    work = "def f():\n    return sum(i * i for i in range(3_000_000)) > 0\n"
+    before = os.sched_getaffinity(0)
+    # the zygote and the busy processes inherit this CPU; each in its own session, as the zygote is,
+    # so that the scheduler shares the CPU between them rather than between sessions
+    os.sched_setaffinity(0, {min(before)})
+    burners = []
+    try:
+        with CodeExecutor(Limits(check_timeout_s=1.0, total_timeout_s=10.0, memory_mb=256)) as pinned:
+            alone = pinned.run(work, [Check("f()", kind="eval", expected="True")])
+            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(8)]
+            time.sleep(0.3)  # let them take the CPU
+            t0 = time.perf_counter()
+            crowded = pinned.run(work + "\n", [Check("f()", kind="eval", expected="True")])  # not the cached job
+            wall = time.perf_counter() - t0
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+        os.sched_setaffinity(0, before)
+    assert alone.passed == 1, alone
+    assert crowded.passed == 1, (crowded, wall)

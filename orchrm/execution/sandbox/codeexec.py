@@ -30,7 +30,10 @@ The zygote also moves itself into a new, empty network namespace when the kernel
 past the audit hook finds no network interface but loopback.
 
 Each job is the program plus a list of :class:`Check` items, run one by one in the program's
-namespace, each under its own wall-clock alarm; the child streams one result per check, so a
+namespace, each under its own CPU-time alarm (so that the verdict does not depend on what else
+the machine runs: a wall-clock alarm timed out, under load, checks that finish when it is idle,
+and made the same collection differ from run to run), with a wall-clock alarm at four times
+that for a check that waits instead of computing; the child streams one result per check, so a
 program that hangs on one input still gets credit for the others (after a timeout the next
 checks get a short alarm, and after two timeouts in a row the rest fail unrun: see
 :class:`Limits`). Every failure is a failed check with a reason — ``"timeout after 0.5s"``,
@@ -148,8 +151,9 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-job limits. ``check_timeout_s``: wall-clock alarm per check (and for loading the
-    program); ``strike_timeout_s``: the alarm for the remaining checks once one check of the job
+    """Per-job limits. ``check_timeout_s``: CPU time allowed per check (and for loading the
+    program; a check that waits rather than computes is stopped after four times that of wall
+    clock); ``strike_timeout_s``: the alarm for the remaining checks once one check of the job
     has timed out, and after ``max_strikes`` timeouts in a row the remaining checks fail without
     running (a program that hangs twice hangs again: like HumanEval's own harness, which fails a
     hanging program outright, this keeps a loop from costing every check's alarm);
@@ -549,6 +553,7 @@ def _child(job: dict, workdir: str, wfd: int, token: bytes) -> None:
     def alarm(signum: int, frame: object) -> None:
         raise _Timeout()
 
+    signal.signal(signal.SIGPROF, alarm)
     signal.signal(signal.SIGALRM, alarm)
 
     def emit(record: list) -> None:
@@ -565,11 +570,16 @@ def _child(job: dict, workdir: str, wfd: int, token: bytes) -> None:
     ns: dict = module.__dict__
 
     def timed(fn):
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        # the budget is CPU time (user + system), so a check gets the same verdict on a busy
+        # machine as on an idle one; one that waits without computing (a sleep, a blocking
+        # read) is stopped by the wall-clock alarm at _WAIT_FACTOR times the budget
+        signal.setitimer(signal.ITIMER_PROF, timeout)
+        signal.setitimer(signal.ITIMER_REAL, timeout * _WAIT_FACTOR)
         try:
             return fn()
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
 
     load_error = None
     seen = len(violations)
@@ -619,6 +629,7 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+_WAIT_FACTOR = 4.0  # a check's wall-clock alarm, in multiples of its CPU-time budget
 _LINE_BYTES = 64 * 1024  # a result line is well under 4 KiB; anything longer is not the harness's
 _REAP_S = 5.0  # how long a SIGKILLed child may take to die before the zygote stops waiting
 _UNREAPED: set[int] = set()  # children that outlived SIGKILL (e.g. stuck in the kernel): reaped later
