@@ -30,13 +30,13 @@ The zygote also moves itself into a new, empty network namespace when the kernel
 past the audit hook finds no network interface but loopback.
 
 Each job is the program plus a list of :class:`Check` items, run one by one in the program's
-namespace, each under its own CPU-time alarm (so that the verdict does not depend on what else
-the machine runs: a wall-clock alarm timed out, under load, checks that finish when it is idle,
-and made the same collection differ from run to run), with a wall-clock alarm at four times
-that for a check that waits instead of computing; the child streams one result per check, so a
-program that hangs on one input still gets credit for the others (after a timeout the next
-checks get a short alarm, and after two timeouts in a row the rest fail unrun: see
-:class:`Limits`). Every failure is a failed check with a reason — ``"timeout after 0.5s"``,
+namespace, each under its own CPU-time alarm (a wall-clock alarm timed out, under load, checks
+that finish when the machine is idle, and made the same collection differ from run to run; CPU
+time narrows that to programs near their budget, which a busy core still makes cost more), with
+a wall-clock alarm at four times that for a check that waits instead of computing; the child
+streams one result per check, so a program that hangs on one input still gets credit for the
+others (after a timeout the next checks get a short alarm, and after two timeouts in a row the
+rest fail unrun: see :class:`Limits`). Every failure is a failed check with a reason — ``"timeout after 0.5s"``,
 ``"memory limit exceeded (MemoryError)"``, ``"network blocked: socket.connect"``,
 ``"process creation blocked: os.fork"``, ``"crashed (signal SIGSEGV)"`` — never a hang or an
 exception in the caller. Results are cached in-process by a hash of the job (mutated programs
@@ -570,9 +570,9 @@ def _child(job: dict, workdir: str, wfd: int, token: bytes) -> None:
     ns: dict = module.__dict__
 
     def timed(fn):
-        # the budget is CPU time (user + system), so a check gets the same verdict on a busy
-        # machine as on an idle one; one that waits without computing (a sleep, a blocking
-        # read) is stopped by the wall-clock alarm at _WAIT_FACTOR times the budget
+        # the budget is CPU time (user + system), so a check's verdict hardly depends on what
+        # else the machine runs; one that waits without computing (a sleep, a blocking read)
+        # is stopped by the wall-clock alarm at _WAIT_FACTOR times the budget
         signal.setitimer(signal.ITIMER_PROF, timeout)
         signal.setitimer(signal.ITIMER_REAL, timeout * _WAIT_FACTOR)
         try:
