@@ -10,7 +10,7 @@ quality or content differ between the two, their tasks, and the pairs (the built
 changed on a busy machine (a program near its limit timed out, and a vote among samples went the
 other way); the sandbox now times a check in CPU time.
 
-    python -m benchmarks.collect_repeatability --out benchmarks/results/ablations/collect_repeatability.json
+    python -m benchmarks.collect_repeatability    # benchmarks/results/ablations/collect_repeatability.json
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--domains", nargs="+", default=["code"], help="domains to collect (default: code)")
     ap.add_argument("--busy", type=int, default=2 * (os.cpu_count() or 1),
                     help="CPU-spinning processes beside the second collection (default: two per core)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "collect_repeatability.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "ablations" / "collect_repeatability.json")
     args = ap.parse_args(argv)
     if args.busy < 1:
         ap.error(f"--busy {args.busy}: give at least 1 (the point is a busy machine)")

@@ -202,8 +202,7 @@ def test_a_check_gets_the_same_verdict_when_other_processes_share_its_cpu():
     """Pinned to one CPU beside eight busy processes, a check that computes for about a sixth of
     its budget (0.17 s here) takes longer than the budget in wall-clock time; it still passes (a
     wall-clock alarm timed it out, so a collection's verdicts changed with the machine's load)."""
-    import subprocess
-    import sys
+    from benchmarks.collect_repeatability import busy
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("needs os.sched_setaffinity (Linux)")
@@ -212,19 +211,14 @@ def test_a_check_gets_the_same_verdict_when_other_processes_share_its_cpu():
     # the zygote and the busy processes inherit this CPU; each in its own session, as the zygote is,
     # so that the scheduler shares the CPU between them rather than between sessions
     os.sched_setaffinity(0, {min(before)})
-    burners = []
     try:
         with CodeExecutor(Limits(check_timeout_s=1.0, total_timeout_s=10.0, memory_mb=256)) as pinned:
             alone = pinned.run(work, [Check("f()", kind="eval", expected="True")])
-            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(8)]
-            time.sleep(0.3)  # let them take the CPU
-            t0 = time.perf_counter()
-            crowded = pinned.run(work + "\n", [Check("f()", kind="eval", expected="True")])  # not the cached job
-            wall = time.perf_counter() - t0
+            with busy(8):
+                t0 = time.perf_counter()
+                crowded = pinned.run(work + "\n", [Check("f()", kind="eval", expected="True")])  # not the cached job
+                wall = time.perf_counter() - t0
     finally:
-        for b in burners:
-            b.kill()
-            b.wait()
         os.sched_setaffinity(0, before)
     assert alone.passed == 1, alone
     assert crowded.passed == 1, (crowded, wall)

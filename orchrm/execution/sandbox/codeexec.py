@@ -36,10 +36,10 @@ time narrows that to programs near their budget, which a busy core still makes c
 a wall-clock alarm at four times that for a check that waits instead of computing; the child
 streams one result per check, so a program that hangs on one input still gets credit for the
 others (after a timeout the next checks get a short alarm, and after two timeouts in a row the
-rest fail unrun: see :class:`Limits`). Every failure is a failed check with a reason — ``"timeout after 0.5s"``,
-``"memory limit exceeded (MemoryError)"``, ``"network blocked: socket.connect"``,
-``"process creation blocked: os.fork"``, ``"crashed (signal SIGSEGV)"`` — never a hang or an
-exception in the caller. Results are cached in-process by a hash of the job (mutated programs
+rest fail unrun: see :class:`Limits`). Every failure is a failed check with a reason —
+``"timeout after 0.5s"``, ``"memory limit exceeded (MemoryError)"``,
+``"network blocked: socket.connect"``, ``"process creation blocked: os.fork"``,
+``"crashed (signal SIGSEGV)"`` — never a hang or an exception in the caller. Results are cached in-process by a hash of the job (mutated programs
 repeat).
 
 The sandbox stops accidents, loops, bombs and sloppy code; it is not a boundary against a
