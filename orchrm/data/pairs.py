@@ -26,8 +26,9 @@ Rules: an artifact with a null quality never enters a pair; pairs with ``|Δqual
 min_margin`` (and exact ties) are dropped; a pair whose two texts are equal is dropped; the same
 ``(prompt, chosen, rejected)`` is kept once (the observed sources win over the prior, in the order
 above) and when a pair appears in both directions both are dropped (contradictory evidence); each
-task keeps at most ``max_pairs_per_task`` pairs, drawn uniformly with a seeded generator (so the
-kept pairs are not biased toward long texts); the split is a stable hash of ``task_id``
+task keeps at most ``max_pairs_per_task`` pairs, drawn uniformly (so the kept pairs are not biased
+toward long texts) by a seeded hash of each pair's own task and artifact ids, so a task keeps its
+pairs when other tasks' artifacts change or are added; the split is a stable hash of ``task_id``
 (:func:`assign_split`), so no task is in two splits and a task keeps its split when data is added.
 The same artifact table always gives the same pair table.
 
@@ -62,7 +63,7 @@ import pandas as pd
 
 from orchrm.config import PairsConfig, with_overrides
 from orchrm.data.ingest import task_problems
-from orchrm.data.pair_engine import ArtifactCodes, combine_codes, within_group_pairs
+from orchrm.data.pair_engine import ArtifactCodes, combine_codes, stable_uniform, within_group_pairs
 from orchrm.data.pair_reader import read_pairs
 from orchrm.data.pair_table import SOURCE_NAMES, SOURCES, empty_pairs, materialise, pair_ids
 from orchrm.data.splits import assign_split
@@ -310,7 +311,7 @@ class PairwiseComparator:
                 self._node_pairs(art, cands)
         c = cands.concat()
         stats = {"artifacts": n, "candidates": dict(cands.considered)}
-        kept, stats = self._select(c, stats)
+        kept, stats = self._select(art, c, stats)
         self.last_stats = PairStats(**stats)
         out = materialise(art, kept, self.config)
         logger.info("built %d pairs from %d artifacts (%s)", len(out), n, dict(self.last_stats.kept))
@@ -430,12 +431,18 @@ class PairwiseComparator:
         )
 
     # selection -----------------------------------------------------------------------------------
-    def _select(self, c: dict[str, np.ndarray], stats: dict) -> tuple[dict[str, np.ndarray], dict]:
+    def _select(self, art: ArtifactCodes, c: dict[str, np.ndarray], stats: dict) -> tuple[dict[str, np.ndarray], dict]:
         cfg = self.config
         idx = np.flatnonzero(c["chosen_text"] != c["rejected_text"])  # equal texts: no comparison
         source = c["source"][idx]
         stats["decisive"] = _count(source)
-        rand = np.random.default_rng(cfg.seed).random(len(idx))
+        # each candidate's random number is a hash of its own identity (task, source, the two
+        # artifacts) and the seed, so one task's artifacts changing never reshuffles another's pairs
+        task_hash = pd.util.hash_array(art.task_ids.astype(str).astype(object))
+        artifact_hash = pd.util.hash_array(art.df["artifact_id"].astype(str).to_numpy(dtype=object))
+        rand = stable_uniform(
+            cfg.seed, task_hash[c["task"][idx]], source, artifact_hash[c["chosen"][idx]], artifact_hash[c["rejected"][idx]]
+        )
         # duplicates and contradictions both share an unordered (prompt, text, text) key; they are
         # rare, so one hash pass finds them and only those rows are resolved: a pair seen in both
         # directions is dropped (contradictory evidence), otherwise one copy is kept, observed

@@ -320,6 +320,33 @@ def test_same_table_gives_the_same_pairs():
     assert a["pair_id"].is_unique
 
 
+def test_a_task_keeps_its_capped_pairs_when_other_tasks_change_or_are_added():
+    # the per-task draw is a hash of each pair's own identity: one task's verdicts changing (a
+    # busy machine timing out a code check) or a night's new traces move no other task's pairs
+    artifacts = make_artifacts(30, 7, seed=5)
+    cfg = PairsConfig(max_pairs_per_task=4, seed=1)
+    flipped_task = artifacts["task_id"].iloc[0]
+    flipped = artifacts.copy()
+    rows = (flipped["task_id"] == flipped_task) & flipped["quality"].notna()
+    flipped.loc[rows, "quality"] = 0.5  # its observed pairs become ties: fewer candidates
+    newcomers = make_artifacts(12, 7, seed=6).assign(task_id=lambda d: "new-" + d["task_id"])
+
+    def pair_ids_by_task(artifact_table: pd.DataFrame) -> dict[str, list[str]]:
+        pairs = build_pairs(artifact_table, cfg)
+        return {task: group["pair_id"].tolist() for task, group in pairs.groupby("task_id")}
+
+    before = pair_ids_by_task(artifacts)
+    after_flip = pair_ids_by_task(flipped)
+    assert after_flip.get(flipped_task) != before[flipped_task]
+    assert {t: p for t, p in after_flip.items() if t != flipped_task} == {t: p for t, p in before.items() if t != flipped_task}
+    grown = pair_ids_by_task(pd.concat([artifacts, newcomers], ignore_index=True))
+    assert sum(t.startswith("new-") for t in grown) == 12
+    assert {t: p for t, p in grown.items() if not t.startswith("new-")} == before
+    # the seed still draws: another seed keeps other pairs of the same tasks
+    other_seed = build_pairs(artifacts, PairsConfig(max_pairs_per_task=4, seed=2))
+    assert set(other_seed["pair_id"]) != {i for ids in before.values() for i in ids}
+
+
 # inputs --------------------------------------------------------------------------------------------
 def test_quality_fn_replaces_the_quality_column():
     df = table(run(COT_SMALL, {"a1": 0.0}), run(COT_LARGE, {"a1": 1.0}))
