@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
+
 from benchmarks.common import steps
 from benchmarks.common.results_io import RESULTS, command_line, provenance, write_json
 from orchrm.config import CollectConfig, PairsConfig, with_overrides
@@ -55,7 +57,8 @@ def collect_once(collect: CollectConfig, cache: Path) -> tuple[object, object, f
 def differences(quiet, loaded, quiet_pairs, loaded_pairs, *, max_examples: int = 8) -> dict:
     """What differs between two collections of the same artifacts (matched by ``artifact_id``),
     with the first ``max_examples`` differing artifacts: task, agent, quality in each, and the
-    lines of their content that differ (quiet ``-``, busy ``+``)."""
+    lines of their content that differ (quiet ``-``, busy ``+``); and the pairs (matched by
+    ``pair_id``) in one table only, in all and in tasks whose artifacts do not differ."""
     both = quiet.merge(loaded, on="artifact_id", suffixes=("_quiet", "_loaded"))
     q, b = both["quality_quiet"].astype(float), both["quality_loaded"].astype(float)
     quality = ~((q == b) | (q.isna() & b.isna()))
@@ -65,13 +68,19 @@ def differences(quiet, loaded, quiet_pairs, loaded_pairs, *, max_examples: int =
                  "lines": [line for line in difflib.ndiff(r.content_quiet.splitlines(), r.content_loaded.splitlines())
                            if line[:1] in "+-"][:6]}
                 for r in changed.head(max_examples).itertuples()]
+    tasks = set(map(str, changed["task_id_quiet"].unique()))
+    only = pd.concat([quiet_pairs[~quiet_pairs["pair_id"].isin(loaded_pairs["pair_id"])],
+                      loaded_pairs[~loaded_pairs["pair_id"].isin(quiet_pairs["pair_id"])]])
     return {
         "artifacts": int(len(quiet)), "matched": int(len(both)),
         "quality_differs": int(quality.sum()), "content_differs": int(content.sum()),
-        "tasks_differing": sorted(map(str, changed["task_id_quiet"].unique())),
+        "tasks_differing": sorted(tasks),
         "pairs": int(len(quiet_pairs)),
         "pairs_only_quiet": len(set(quiet_pairs["pair_id"]) - set(loaded_pairs["pair_id"])),
         "pairs_only_loaded": len(set(loaded_pairs["pair_id"]) - set(quiet_pairs["pair_id"])),
+        # pairs in one table only although their task's artifacts are the same in both: what a
+        # selection that draws every task's pairs from one random stream moves
+        "pairs_moved_elsewhere": int((~only["task_id"].astype(str).isin(tasks)).sum()),
         "identical": bool(len(changed) == 0 and set(quiet_pairs["pair_id"]) == set(loaded_pairs["pair_id"])),
         "examples": examples,
     }
@@ -105,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"{found['quality_differs']} artifacts' quality and {found['content_differs']} contents differ "
           f"({', '.join(found['tasks_differing']) or 'no task'}); pairs in one table only: "
-          f"{found['pairs_only_quiet']} quiet, {found['pairs_only_loaded']} busy",
+          f"{found['pairs_only_quiet']} quiet, {found['pairs_only_loaded']} busy, "
+          f"{found['pairs_moved_elsewhere']} of them in tasks whose artifacts are the same",
           file=sys.stderr)
     print(f"wrote {write_json(args.out, result)}")
     return 0
