@@ -69,19 +69,20 @@ def differences(quiet, loaded, quiet_pairs, loaded_pairs, *, max_examples: int =
                            if line[:1] in "+-"][:6]}
                 for r in changed.head(max_examples).itertuples()]
     tasks = set(map(str, changed["task_id_quiet"].unique()))
-    only = pd.concat([quiet_pairs[~quiet_pairs["pair_id"].isin(loaded_pairs["pair_id"])],
-                      loaded_pairs[~loaded_pairs["pair_id"].isin(quiet_pairs["pair_id"])]])
+    only_quiet = quiet_pairs[~quiet_pairs["pair_id"].isin(loaded_pairs["pair_id"])]
+    only_loaded = loaded_pairs[~loaded_pairs["pair_id"].isin(quiet_pairs["pair_id"])]
+    only = pd.concat([only_quiet, only_loaded])
     return {
         "artifacts": int(len(quiet)), "matched": int(len(both)),
         "quality_differs": int(quality.sum()), "content_differs": int(content.sum()),
         "tasks_differing": sorted(tasks),
         "pairs": int(len(quiet_pairs)),
-        "pairs_only_quiet": len(set(quiet_pairs["pair_id"]) - set(loaded_pairs["pair_id"])),
-        "pairs_only_loaded": len(set(loaded_pairs["pair_id"]) - set(quiet_pairs["pair_id"])),
+        "pairs_only_quiet": int(len(only_quiet)),
+        "pairs_only_loaded": int(len(only_loaded)),
         # pairs in one table only although their task's artifacts are the same in both: what a
         # selection that draws every task's pairs from one random stream moves
         "pairs_moved_elsewhere": int((~only["task_id"].astype(str).isin(tasks)).sum()),
-        "identical": bool(len(changed) == 0 and set(quiet_pairs["pair_id"]) == set(loaded_pairs["pair_id"])),
+        "identical": bool(len(changed) == 0 and len(only) == 0),
         "examples": examples,
     }
 

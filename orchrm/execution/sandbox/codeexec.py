@@ -39,8 +39,8 @@ others (after a timeout the next checks get a short alarm, and after two timeout
 rest fail unrun: see :class:`Limits`). Every failure is a failed check with a reason —
 ``"timeout after 0.5s"``, ``"memory limit exceeded (MemoryError)"``,
 ``"network blocked: socket.connect"``, ``"process creation blocked: os.fork"``,
-``"crashed (signal SIGSEGV)"`` — never a hang or an exception in the caller. Results are cached in-process by a hash of the job (mutated programs
-repeat).
+``"crashed (signal SIGSEGV)"`` — never a hang or an exception in the caller. Results are cached
+in-process by a hash of the job (mutated programs repeat).
 
 The sandbox stops accidents, loops, bombs and sloppy code; it is not a boundary against a
 determined attacker who studies CPython internals (audit hooks can be bypassed from inside the
