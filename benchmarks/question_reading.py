@@ -34,7 +34,9 @@ can reach); ``logreg_latent`` the domain and the sandbox's own latent descriptio
 (:func:`~benchmarks.common.feature_baseline.latent_features`: the step counts, traps, popularity
 and difficulty the simulator decides outcomes by), looked up by question: not what the text shows
 but what a perfect reader of it could extract, so its gain from the question bounds what any
-reader can learn from the same pairs. ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
+reader can learn from the same pairs; ``mlp_latent`` reads the same latent description with a small
+MLP (:class:`~benchmarks.common.feature_baseline.PairwiseMLP`) instead of a bilinear form, so that
+bound is not one of linearity. ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
 training): the one part of the pair table that is written by reading the question, the
 ``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model
 (``--model-seeds`` seeds, model and training seed together), ``logreg`` and ``logreg_latent`` (those
@@ -68,7 +70,12 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import steps
-from benchmarks.common.feature_baseline import PairwiseLogit, QuestionFeatures, latent_table
+from benchmarks.common.feature_baseline import (
+    PairwiseLogit,
+    PairwiseMLP,
+    QuestionFeatures,
+    latent_table,
+)
 from benchmarks.common.results_io import (
     RESULTS,
     ROOT,
@@ -86,12 +93,13 @@ VARIANTS = ("own", "swapped", "plan_only")
 NO_QUESTION = ""
 #: the reference selectors (as :func:`orchrm.evaluation.selectors.best_of_n_picks` names them)
 REFERENCES = ("random", "length_only", "cost_only", "expected_oracle")
-#: the non-neural baselines: name -> the question features each reads
+#: the baselines: name -> the question features each reads (``logreg*``: bilinear, ``mlp*``: a small MLP)
 BASELINES: dict[str, QuestionFeatures] = {
     "logreg": QuestionFeatures(),
     "logreg_ngrams": QuestionFeatures(question_features=False),
     "logreg_domain": QuestionFeatures(question_features=False, ngrams=False),
     "logreg_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
+    "mlp_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
 }
 #: the baselines a learning curve fits beside the reward model (those of ``--baselines``)
 CURVE_BASELINES = ("logreg", "logreg_latent")
@@ -401,7 +409,8 @@ def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: dict[str, d
     for name in names:
         t0 = time.perf_counter()
         with _one_blas_thread():
-            model = PairwiseLogit(BASELINES[name], latent=latent if BASELINES[name].latent else None).fit(pairs)
+            kind = PairwiseMLP if name.startswith("mlp") else PairwiseLogit
+            model = kind(BASELINES[name], latent=latent if BASELINES[name].latent else None).fit(pairs)
         out[name] = (model, time.perf_counter() - t0)
         print(f"{name}: fitted in {out[name][1]:.1f} s, l2 {model.l2:g}", file=sys.stderr, flush=True)
     return out
@@ -477,7 +486,9 @@ def parser() -> argparse.ArgumentParser:
                     help="curve points with more tasks per domain train the first model seed only (a time budget)")
     ap.add_argument("--model-up-to", type=int, default=None,
                     help="curve points with more tasks per domain fit the baseline only, no reward model (a time budget)")
-    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES))
+    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES),
+                    help="baselines fitted on the default config's pairs beside the reward model (default: all; "
+                         "the flag alone: none)")
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", type=Path, default=RESULTS)

@@ -285,17 +285,23 @@ class PairwiseLogit:
                                 options={"maxiter": self.max_iter})
         return res.x.reshape(d.shape[1], q.shape[1])
 
-    def fit(self, pairs: pd.DataFrame) -> PairwiseLogit:
-        """Fit on the ``train`` rows of ``pairs`` (all rows when it has no ``split``); with more
-        than one ``l2``, each is fitted and the one with the lowest BT loss on the ``val`` rows kept."""
-        split = pairs["split"] if "split" in pairs.columns else pd.Series("train", index=pairs.index)
-        train, val = pairs[split == "train"], pairs[split == "val"]
+    def _learn_spaces(self, pairs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The ``train`` and ``val`` rows of ``pairs`` (all rows train when it has no ``split``),
+        after learning the z-scoring of the plan features and the question columns from ``train``."""
         from orchrm.model.texts import task_text
 
+        split = pairs["split"] if "split" in pairs.columns else pd.Series("train", index=pairs.index)
+        train, val = pairs[split == "train"], pairs[split == "val"]
         texts = pd.unique(pd.concat([train["chosen"], train["rejected"]]))
         plans = np.stack([self._plan(t) for t in texts])
         self._plan_mean, self._plan_std = plans.mean(0), np.where(plans.std(0) > 0, plans.std(0), 1.0)
         self._learn_question_space(list(dict.fromkeys((task_text(p), d) for p, d in zip(train["prompt"], train["domain"], strict=True))))
+        return train, val
+
+    def fit(self, pairs: pd.DataFrame) -> PairwiseLogit:
+        """Fit on the ``train`` rows of ``pairs`` (all rows when it has no ``split``); with more
+        than one ``l2``, each is fitted and the one with the lowest BT loss on the ``val`` rows kept."""
+        train, val = self._learn_spaces(pairs)
         design = self._design(train)
         if len(self.l2_grid) > 1 and len(val):
             held = self._design(val)
@@ -326,3 +332,115 @@ class PairwiseLogit:
                 "plan_features": len(PLAN_FEATURES), "weights": int(self.W.size), "l2": self.l2,
                 "val_bt_loss": {f"{k:g}": round(v, 4) for k, v in self.val_loss.items()}}
 
+
+
+class PairwiseMLP(PairwiseLogit):
+    """A reader that is not bilinear: ``r(q, a) = MLP([psi(q), phi(a)])``, two hidden layers of
+    ``hidden`` ReLU units on the same question and plan features as :class:`PairwiseLogit`
+    (z-scored plan features; the question's constant, domain, features, latent description or
+    n-grams as chosen), fitted with the Bradley-Terry loss on the same pairs. Where the bilinear
+    model can only weigh each plan feature by a linear function of the question, this one can learn
+    "retrieval helps when the subject is rare *and* the question has two hops": if it gains no more
+    from the question than the bilinear model on the same features, the pairs, not the form of the
+    reader, are what runs out. Fitted by Adam with weight decay, full passes in a seeded order, the
+    epoch with the lowest BT loss on the ``val`` rows kept (``epochs`` at most, ``patience`` without
+    improvement); ``l2`` is the grid of weight decays tried the same way.
+
+    >>> model = PairwiseMLP(QuestionFeatures(question_features=False, bits=8), l2=1e-4, epochs=60)
+    >>> pairs = pd.DataFrame({"prompt": ["use search"] * 4 + ["think hard"] * 4, "domain": "x", "split": "train",
+    ...     "chosen": [SEARCH] * 4 + [COT] * 4, "rejected": [COT] * 4 + [SEARCH] * 4})
+    >>> r = model.fit(pairs).score(["use search", "think hard"], [SEARCH, SEARCH], domains=["x", "x"])
+    >>> bool(r[0] > r[1])
+    True
+    """
+
+    def __init__(self, features: QuestionFeatures = QuestionFeatures(), *, l2: float | Sequence[float] = (1e-4, 1e-3, 1e-2),
+                 hidden: int = 64, epochs: int = 200, patience: int = 20, lr: float = 3e-3, batch_size: int = 256,
+                 seed: int = 0, latent: Mapping[str, Mapping[str, float]] | None = None) -> None:
+        super().__init__(features, l2=l2, latent=latent)
+        self.hidden, self.epochs, self.patience, self.lr, self.batch_size, self.seed = hidden, epochs, patience, lr, batch_size, seed
+        self.best_epoch: dict[float, int] = {}
+
+    def _inputs(self, prompts: Sequence[str], domains: Sequence[str | None], actions: Sequence[str]) -> np.ndarray:
+        from orchrm.model.texts import task_text
+
+        q = self._question_matrix([(task_text(p), None if d is None or (isinstance(d, float) and math.isnan(d)) else d)
+                                   for p, d in zip(prompts, domains, strict=True)])
+        return np.hstack([q.toarray(), self._plan_matrix(list(actions))]).astype(np.float32)
+
+    def _pair_inputs(self, pairs: pd.DataFrame) -> tuple[Any, Any]:
+        import torch
+
+        prompts, domains = list(pairs["prompt"]), list(pairs["domain"])
+        return (torch.from_numpy(self._inputs(prompts, domains, list(pairs["chosen"]))),
+                torch.from_numpy(self._inputs(prompts, domains, list(pairs["rejected"]))))
+
+    def _net(self, width: int) -> Any:
+        import torch
+
+        torch.manual_seed(self.seed)
+        return torch.nn.Sequential(torch.nn.Linear(width, self.hidden), torch.nn.ReLU(),
+                                   torch.nn.Linear(self.hidden, self.hidden), torch.nn.ReLU(), torch.nn.Linear(self.hidden, 1))
+
+    def _train(self, train: tuple[Any, Any], val: tuple[Any, Any] | None, l2: float) -> tuple[Any, float, int]:
+        """The net fitted with weight decay ``l2``: its state at the epoch of the lowest ``val``
+        loss (the last epoch without ``val``), that loss (nan without ``val``) and that epoch."""
+        import copy
+
+        import torch
+        import torch.nn.functional as F
+
+        net = self._net(train[0].shape[1])
+        opt = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=l2)
+        order = torch.Generator().manual_seed(self.seed)
+        best, best_loss, best_epoch, since = copy.deepcopy(net.state_dict()), math.inf, 0, 0
+        n = len(train[0])
+        for epoch in range(1, self.epochs + 1):
+            net.train()
+            for idx in torch.randperm(n, generator=order).split(self.batch_size):
+                loss = F.softplus(net(train[1][idx]) - net(train[0][idx])).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            if val is None:
+                best, best_epoch = net.state_dict(), epoch
+                continue
+            net.eval()
+            with torch.no_grad():
+                val_loss = float(F.softplus(net(val[1]) - net(val[0])).mean())
+            if val_loss < best_loss - 1e-5:
+                best, best_loss, best_epoch, since = copy.deepcopy(net.state_dict()), val_loss, epoch, 0
+            elif (since := since + 1) >= self.patience:
+                break
+        net.load_state_dict(best)
+        return net.eval(), best_loss if val is not None else math.nan, best_epoch
+
+    def fit(self, pairs: pd.DataFrame) -> PairwiseMLP:
+        """Fit on the ``train`` rows of ``pairs``; each weight decay of ``l2`` is tried and the net
+        with the lowest BT loss on the ``val`` rows kept (without ``val`` rows: the first ``l2``,
+        every epoch)."""
+        import torch
+
+        train, val = self._learn_spaces(pairs)
+        with torch.inference_mode(False):
+            x_train = self._pair_inputs(train)
+            x_val = self._pair_inputs(val) if len(val) else None
+            for l2 in self.l2_grid if x_val is not None else self.l2_grid[:1]:
+                net, loss, epoch = self._train(x_train, x_val, l2)
+                self.val_loss[l2], self.best_epoch[l2] = loss, epoch
+                if self.l2 is None or loss < self.val_loss[self.l2]:
+                    self.l2, self.net = l2, net
+        return self
+
+    def score(self, prompts: Sequence[str], actions: Sequence[str], *, domains: Sequence[str | None] | None = None) -> np.ndarray:
+        import torch
+
+        domains = [None] * len(prompts) if domains is None else list(domains)
+        with torch.no_grad():
+            return self.net(torch.from_numpy(self._inputs(prompts, domains, actions))).squeeze(-1).double().numpy()
+
+    def describe(self) -> dict[str, Any]:
+        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits", "latent")},
+                "plan_features": len(PLAN_FEATURES), "hidden": self.hidden, "weights": int(sum(p.numel() for p in self.net.parameters())),
+                "l2": self.l2, "best_epoch": self.best_epoch.get(self.l2),
+                "val_bt_loss": {f"{k:g}": round(v, 4) for k, v in self.val_loss.items()}}

@@ -13,6 +13,7 @@ import pytest
 from benchmarks.common.feature_baseline import (
     PLAN_FEATURES,
     PairwiseLogit,
+    PairwiseMLP,
     QuestionFeatures,
     latent_features,
     latent_table,
@@ -113,6 +114,33 @@ def test_a_latent_baseline_reads_what_the_text_hides():
         model.score(["a question never described"], [VOTE], domains=["support"])
     with pytest.raises(ValueError, match="needs latent="):
         PairwiseLogit(QuestionFeatures(latent=True))
+
+
+def test_the_mlp_reader_learns_an_interaction_the_bilinear_one_cannot():
+    """The better plan depends on two hidden properties together (one or the other, not both: an
+    exclusive or): bilinear in the question's features, a plan's reward is linear in them and cannot
+    follow it; the MLP on the same features does."""
+    rng = random.Random(1)
+    rows, latent = [], {}
+    for i in range(240):
+        q = f"case {rng.randrange(10**9)} please help"
+        a, b = rng.random() < 0.5, rng.random() < 0.5
+        latent[q] = {"a": float(a), "b": float(b)}
+        best, other = (VOTE, SEARCH) if a != b else (SEARCH, VOTE)
+        rows.append({"prompt": q, "chosen": best, "rejected": other, "split": "train" if i < 160 else "val" if i < 200 else "test"})
+    pairs = pd.DataFrame(rows).assign(domain="support")
+    test = pairs[pairs["split"] == "test"]
+    features = QuestionFeatures(question_features=False, ngrams=False, latent=True)
+
+    def accuracy(model):
+        args = dict(domains=list(test["domain"]))
+        return float((model.score(list(test["prompt"]), list(test["chosen"]), **args)
+                      > model.score(list(test["prompt"]), list(test["rejected"]), **args)).mean())
+
+    assert accuracy(PairwiseLogit(features, latent=latent).fit(pairs)) < 0.8
+    mlp = PairwiseMLP(features, latent=latent).fit(pairs)
+    assert accuracy(mlp) == 1.0
+    assert mlp.describe()["l2"] in mlp.val_loss and mlp.describe()["best_epoch"] >= 1
 
 
 def test_latent_features_describe_every_sandbox_domain_with_one_set_of_names_per_domain():
