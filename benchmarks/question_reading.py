@@ -33,10 +33,11 @@ domain, its question features and word n-grams; ``logreg_ngrams`` the domain and
 can reach); ``logreg_latent`` the domain and the sandbox's own latent description of each task
 (:func:`~benchmarks.common.feature_baseline.latent_features`: the step counts, traps, popularity
 and difficulty the simulator decides outcomes by), looked up by question: not what the text shows
-but what a perfect reader of it could extract, so its gain from the question bounds what any
-reader can learn from the same pairs; ``mlp_latent`` reads the same latent description with a small
-MLP (:class:`~benchmarks.common.feature_baseline.PairwiseMLP`) instead of a bilinear form, so that
-bound is not one of linearity. ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
+but what a perfect reader of it could extract, so its gain from the question bounds what a
+bilinear reader can learn from the same pairs; ``mlp_latent`` reads the same latent description with a small
+MLP (:class:`~benchmarks.common.feature_baseline.PairwiseMLP`) instead of a bilinear form, and
+``mlp`` reads ``logreg``'s features of the text with it, so neither bound is one of linearity
+(each MLP is fitted once per ``--baseline-seeds`` seed). ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
 training): the one part of the pair table that is written by reading the question, the
 ``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model
 (``--model-seeds`` seeds, model and training seed together), ``logreg`` and ``logreg_latent`` (those
@@ -99,6 +100,7 @@ BASELINES: dict[str, QuestionFeatures] = {
     "logreg_ngrams": QuestionFeatures(question_features=False),
     "logreg_domain": QuestionFeatures(question_features=False, ngrams=False),
     "logreg_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
+    "mlp": QuestionFeatures(),
     "mlp_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
 }
 #: the baselines a learning curve fits beside the reward model (those of ``--baselines``)
@@ -402,17 +404,23 @@ def _one_blas_thread() -> Any:
 
 
 def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: dict[str, dict[str, float]] | None = None,
-                  ) -> dict[str, tuple[PairwiseLogit, float]]:
+                  seeds: Sequence[int] = (0,)) -> dict[str, tuple[PairwiseLogit, float]]:
     """Each baseline of ``names`` fitted on ``pairs`` (train split; l2 chosen on val), with its fit
-    seconds; ``latent``: each question's latent features (:func:`latent_questions`), for those that read them."""
+    seconds; ``latent``: each question's latent features (:func:`latent_questions`), for those that
+    read them. An MLP baseline (``mlp*``, seeded) is fitted once per seed of ``seeds``: the first
+    under its name, the others as ``<name>.seed<s>``; a logistic regression (convex) once."""
     out = {}
     for name in names:
-        t0 = time.perf_counter()
-        with _one_blas_thread():
-            kind = PairwiseMLP if name.startswith("mlp") else PairwiseLogit
-            model = kind(BASELINES[name], latent=latent if BASELINES[name].latent else None).fit(pairs)
-        out[name] = (model, time.perf_counter() - t0)
-        print(f"{name}: fitted in {out[name][1]:.1f} s, l2 {model.l2:g}", file=sys.stderr, flush=True)
+        mlp = name.startswith("mlp")
+        for i, seed in enumerate(seeds if mlp else seeds[:1]):
+            key = name if i == 0 else f"{name}.seed{seed}"
+            t0 = time.perf_counter()
+            with _one_blas_thread():
+                features, known = BASELINES[name], latent if BASELINES[name].latent else None
+                model = PairwiseMLP(features, latent=known, seed=seed) if mlp else PairwiseLogit(features, latent=known)
+                model.fit(pairs)
+            out[key] = (model, time.perf_counter() - t0)
+            print(f"{key}: fitted in {out[key][1]:.1f} s, l2 {model.l2:g}", file=sys.stderr, flush=True)
     return out
 
 
@@ -489,6 +497,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES),
                     help="baselines fitted on the default config's pairs beside the reward model (default: all; "
                          "the flag alone: none)")
+    ap.add_argument("--baseline-seeds", type=int, nargs="+", default=[0, 1, 2],
+                    help="seeds of the MLP baselines, each fitted once per seed (default 0 1 2; the first keeps the "
+                         "baseline's name, the others are <name>.seed<s>)")
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -636,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     per_task = {"reward_model": head}
     accuracy = {"reward_model": pairwise_accuracy(rm_scorer(fitted.model), pairs.frame)}
     latent = latent_questions(pool_config) if any(BASELINES[b].latent for b in args.baselines) else None
-    fitted_baselines = fit_baselines(pairs.frame, args.baselines, latent)
+    fitted_baselines = fit_baselines(pairs.frame, args.baselines, latent, args.baseline_seeds)
     info = {"reward_model": fitted.info}
     for name, (model, fit_s) in fitted_baselines.items():
         per_task[name] = pick_with_questions(baseline_scorer(model), frame, partners)
@@ -698,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
                      torch_threads=torch.get_num_threads()),
         "settings": {"tasks": args.tasks, "candidates": args.candidates, "repeats": args.repeats, "seed": args.seed,
                      "swap_seeds": swap_seeds, "curve": list(args.curve), "model_seeds": list(args.model_seeds),
+                     "baseline_seeds": list(args.baseline_seeds),
                      "curve_model_seeds": {str(t): curve_seeds(t, args) for t in args.curve},
                      "bootstrap": args.bootstrap, "config": shown_path(args.config),
                      "collection_tasks_per_domain": default_tasks, "no_question": NO_QUESTION},

@@ -344,9 +344,11 @@ class PairwiseMLP(PairwiseLogit):
     from the question than the bilinear model on the same features, the pairs, not the form of the
     reader, are what runs out. Fitted by Adam with weight decay, full passes in a seeded order, the
     epoch with the lowest BT loss on the ``val`` rows kept (``epochs`` at most, ``patience`` without
-    improvement); ``l2`` is the grid of weight decays tried the same way.
+    improvement); ``l2`` is the grid of (decoupled, AdamW) weight decays tried the same way. The
+    defaults were chosen by validation loss on the default config's pairs: with little decay the
+    net fits the noise of three executions per plan within a few epochs.
 
-    >>> model = PairwiseMLP(QuestionFeatures(question_features=False, bits=8), l2=1e-4, epochs=60)
+    >>> model = PairwiseMLP(QuestionFeatures(question_features=False, bits=8), l2=1e-2, lr=3e-3, epochs=60)
     >>> pairs = pd.DataFrame({"prompt": ["use search"] * 4 + ["think hard"] * 4, "domain": "x", "split": "train",
     ...     "chosen": [SEARCH] * 4 + [COT] * 4, "rejected": [COT] * 4 + [SEARCH] * 4})
     >>> r = model.fit(pairs).score(["use search", "think hard"], [SEARCH, SEARCH], domains=["x", "x"])
@@ -354,8 +356,8 @@ class PairwiseMLP(PairwiseLogit):
     True
     """
 
-    def __init__(self, features: QuestionFeatures = QuestionFeatures(), *, l2: float | Sequence[float] = (1e-4, 1e-3, 1e-2),
-                 hidden: int = 64, epochs: int = 200, patience: int = 20, lr: float = 3e-3, batch_size: int = 256,
+    def __init__(self, features: QuestionFeatures = QuestionFeatures(), *, l2: float | Sequence[float] = (1.0, 3.0, 10.0, 30.0),
+                 hidden: int = 64, epochs: int = 200, patience: int = 20, lr: float = 1e-3, batch_size: int = 256,
                  seed: int = 0, latent: Mapping[str, Mapping[str, float]] | None = None) -> None:
         super().__init__(features, l2=l2, latent=latent)
         self.hidden, self.epochs, self.patience, self.lr, self.batch_size, self.seed = hidden, epochs, patience, lr, batch_size, seed
