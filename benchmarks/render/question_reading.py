@@ -18,6 +18,8 @@ SCORERS = {
     "logreg_ngrams": "logreg (domain, n-grams)",
     "logreg_domain": "logreg (domain only)",
     "logreg_latent": "logreg (domain, the sandbox's latent task description)",
+    "mlp": "MLP (logreg's features of the text)",
+    "mlp_latent": "MLP (domain, the sandbox's latent task description)",
     "rule": "the specialized orchestrator's rule (no training)",
 }
 
@@ -47,7 +49,9 @@ def _domains(res: Record) -> list[str]:
 
 
 def _name(scorer: str) -> str:
-    return SCORERS.get(scorer, scorer)
+    """A scorer's label; an MLP baseline's further seeds (``mlp_latent.seed1``) with their seed."""
+    base, _, seed = scorer.partition(".seed")
+    return SCORERS.get(scorer) or (f"{SCORERS[base]}, seed {seed}" if seed and base in SCORERS else scorer)
 
 
 def _intro(res: Record) -> list[str]:
@@ -227,6 +231,12 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
             why = ("the reward model reads the question here (its swap cost's interval lies above zero) and the baseline, "
                    "which does not, picks no better: the reward model learns from these pairs what a linear reader of the "
                    "text does not")
+        elif perfect := [r for r in res.rows("rows") if r["domain"] == d and _sign(r["swap_cost"]) > 0
+                         and r["scorer"].partition(".seed")[0] in ("logreg_latent", "mlp_latent")]:
+            why = ("neither reader of the text gains measurably from the question, but a reader of the task's latent "
+                   "description does (" + "; ".join(f"{_name(r['scorer'])} {_pts(r['swap_cost'])}" for r in perfect)
+                   + "): these pairs teach which plan suits which task, and what runs out is what the text shows of the "
+                   "task, or what its readers extract")
         else:
             why = ("a model built to read the question picks no better and gains nothing measurable from it (its swap "
                    "cost's interval holds zero): these pairs do not teach which plan suits which question, so the "
@@ -244,11 +254,24 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
                      + " pts: where it is above zero the reward model has not even learned the domain's plan prior.")
     latent = {r["domain"]: r for r in res.rows("rows") if r["scorer"] == "logreg_latent"}
     if "all" in latent and (baseline, "all") in rows:
-        lines.append(f"- **A perfect reader of the question** ({_name('logreg_latent')}: not the text but what the simulator "
+        lines.append(f"- **A perfect bilinear reader of the question** ({_name('logreg_latent')}: not the text but what the simulator "
                      f"decides outcomes by): swapping the question costs it {_pts(latent['all']['swap_cost'])} pts over all "
                      "domains (" + "; ".join(f"{d} {_pts(latent[d]['swap_cost'])}" for d in _domains(res) if d in latent)
                      + f"), the text baseline {_pts(rows[(baseline, 'all')]['swap_cost'])}; it picks {_q(latent['all']['own'])}. "
-                     "What even it cannot learn from these pairs, no reader of the text can.")
+                     "What even it cannot learn from these pairs, no bilinear reader of the text can.")
+    nonlinear = {}  # each MLP baseline's seeds, over all domains
+    for r in res.rows("rows"):
+        if r["domain"] == "all" and r["scorer"].startswith("mlp"):
+            nonlinear.setdefault(r["scorer"].partition(".seed")[0], []).append(r)
+    if "mlp_latent" in nonlinear:
+        seeds = nonlinear["mlp_latent"]
+        text = nonlinear.get("mlp", [])
+        mean = sum(r["swap_cost"]["mean"] for r in seeds) / len(seeds)
+        lines.append(f"- **A perfect reader that is not linear** ({_name('mlp_latent')}, {len(seeds)} seed(s)): swapping the "
+                     "question costs it " + " / ".join(_pts(r["swap_cost"]) for r in seeds) + f" pts (mean {100 * mean:+.1f}); it "
+                     "picks " + " / ".join(_q(r["own"]) for r in seeds)
+                     + (f". The same MLP on the text: {' / '.join(_pts(r['swap_cost']) for r in text)} pts, picking "
+                        f"{' / '.join(_q(r['own']) for r in text)}" if text else "") + ".")
     rule = {r["domain"]: r for r in res.rows("rows") if r["scorer"] == "rule"}
     if "all" in rule and ("reward_model", "all") in rows:
         r, rm = rule["all"], rows[("reward_model", "all")]

@@ -389,3 +389,28 @@ def test_a_results_file_records_the_cpu_kernels_torch_dispatched_to_beside_the_c
     recorded = provenance("python -m benchmarks.question_reading", torch_threads=1)["machine"]
     assert recorded["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability() != ""
     assert recorded["torch_threads"] == 1 and recorded["cpus"] >= 1
+
+
+@pytest.mark.parametrize(("latent_cost", "says"), [
+    (0.06, "a reader of the task's latent description does (MLP (domain, the sandbox's latent task description), seed 1 +6.0"),
+    (0.0, "the information runs out in the pairs, not in the model"),
+])
+def test_the_question_reading_page_says_the_text_runs_out_where_a_latent_reader_still_learns(latent_cost, says):
+    from benchmarks.render.question_reading import verdict
+    from benchmarks.render.records import Record
+
+    def d(x):
+        return {"mean": x, "ci_low": x - 0.01, "ci_high": x + 0.01}
+
+    def row(scorer, domain, swap, own=0.8):
+        return {"scorer": scorer, "domain": domain, "own": d(own), "swap_cost": d(swap)}
+
+    rows = [row(s, dom, 0.0) for s in ("reward_model", "logreg", "logreg_latent", "mlp_latent", "mlp") for dom in ("multihop", "all")]
+    rows += [row("mlp_latent.seed1", "multihop", latent_cost), row("mlp_latent.seed1", "all", 0.03, own=0.83)]
+    res = Record({"rows": rows, "curve": [], "settings": {"collection_tasks_per_domain": 200}, "references": [{"domain": dom, "question_worth": d(0.18)} for dom in ("multihop", "all")],
+                  "baseline_minus_reward_model": [{"scorer": "logreg", "domain": dom, "own": d(0.0)} for dom in ("multihop", "all")]},
+                 "question_reading.json")
+    text = " ".join(verdict(res))
+    assert says in text
+    assert "A perfect reader that is not linear** (MLP (domain, the sandbox's latent task description), 2 seed(s))" in text
+    assert "(mean +1.5); it picks 0.800 [0.79, 0.81] / 0.830 [0.82, 0.84]. The same MLP on the text: +0.0" in text
