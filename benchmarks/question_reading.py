@@ -40,8 +40,9 @@ MLP (:class:`~benchmarks.common.feature_baseline.PairwiseMLP`) instead of a bili
 (each MLP is fitted once per ``--baseline-seeds`` seed). ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
 training): the one part of the pair table that is written by reading the question, the
 ``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model
-(``--model-seeds`` seeds, model and training seed together), ``logreg`` and ``logreg_latent`` (those
-of ``--baselines``) over collections of
+(``--model-seeds`` seeds, model and training seed together), ``logreg``, ``logreg_latent``, ``mlp``
+and ``mlp_latent`` (those of ``--baselines``; each MLP with every ``--baseline-seeds`` seed) over
+collections of
 ``--curve`` distinct tasks per domain. At the
 default config's point every seed is also checked against the targets, and its trained model (the
 mean of the weights from the best validation epoch on) is compared with the same run's best epoch
@@ -104,7 +105,7 @@ BASELINES: dict[str, QuestionFeatures] = {
     "mlp_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
 }
 #: the baselines a learning curve fits beside the reward model (those of ``--baselines``)
-CURVE_BASELINES = ("logreg", "logreg_latent")
+CURVE_BASELINES = ("logreg", "logreg_latent", "mlp", "mlp_latent")
 #: a scorer: rewards of (question, plan) rows, each row's domain given (None for no question)
 Scorer = Callable[[list[str], list[str], list[Any]], np.ndarray]
 
@@ -685,12 +686,13 @@ def main(argv: list[str] | None = None) -> int:
         if curve_baselines := [b for b in CURVE_BASELINES if b in args.baselines]:
             cpairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
         for name in curve_baselines:
-            (model, fit_s), = fit_baselines(cpairs.frame, [name], latent).values()
-            t = pick_with_questions(baseline_scorer(model), frame, partners)
-            curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer=name,
-                              tasks_per_domain=tasks, model_seed=None, pairs=int(len(cpairs.frame)),
-                              tasks_with_pairs=_tasks_with_pairs(cpairs.frame), train_seconds=round(fit_s, 1),
-                              pairwise_accuracy=pairwise_accuracy(baseline_scorer(model), cpairs.frame))
+            fits = fit_baselines(cpairs.frame, [name], latent, args.baseline_seeds)
+            for (model, fit_s), seed in zip(fits.values(), args.baseline_seeds if name.startswith("mlp") else [None], strict=False):
+                t = pick_with_questions(baseline_scorer(model), frame, partners)
+                curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer=name,
+                                  tasks_per_domain=tasks, model_seed=seed, pairs=int(len(cpairs.frame)),
+                                  tasks_with_pairs=_tasks_with_pairs(cpairs.frame), train_seconds=round(fit_s, 1),
+                                  pairwise_accuracy=pairwise_accuracy(baseline_scorer(model), cpairs.frame))
     seconds["curve"] = round(time.perf_counter() - t0, 1)
     # the default config's seeds, trained apart, as one ensemble: the mean of their standardised rewards
     seed_ensemble, seed_ensemble_targets = [], None

@@ -333,7 +333,6 @@ class PairwiseLogit:
                 "val_bt_loss": {f"{k:g}": round(v, 4) for k, v in self.val_loss.items()}}
 
 
-
 class PairwiseMLP(PairwiseLogit):
     """A reader that is not bilinear: ``r(q, a) = MLP([psi(q), phi(a)])``, two hidden layers of
     ``hidden`` ReLU units on the same question and plan features as :class:`PairwiseLogit`

@@ -337,7 +337,7 @@ def page(res: Record) -> list[str]:
             "## Where the information runs out", "", *verdict(res), "",
             "## Learning curve over distinct training tasks", "",
             "Each cell: own-question quality / swap cost (pts) / gap closed, the mean over the model seeds (model and "
-            "training seed together); the baseline is deterministic. The code domain's data set holds fewer tasks than the "
+            "training seed together) or an MLP baseline's seeds; a logistic regression is deterministic. The code domain's data set holds fewer tasks than the "
             "largest collections ask for: they use all of them." + _seeds_line(res), "", *_curve_table(res), "",
             "Every run, all domains:", "", *_curve_seeds(res)]
 
