@@ -686,11 +686,10 @@ def main(argv: list[str] | None = None) -> int:
         if curve_baselines := [b for b in CURVE_BASELINES if b in args.baselines]:
             cpairs = steps.pair_table(cfg.collect, cfg.sandbox, cfg.pairs)
         for name in curve_baselines:
-            fits = fit_baselines(cpairs.frame, [name], latent, args.baseline_seeds)
-            for (model, fit_s), seed in zip(fits.values(), args.baseline_seeds if name.startswith("mlp") else [None], strict=False):
+            for model, fit_s in fit_baselines(cpairs.frame, [name], latent, args.baseline_seeds).values():
                 t = pick_with_questions(baseline_scorer(model), frame, partners)
                 curve += _records(summarise(t, bootstrap=args.bootstrap, seed=args.seed), scorer=name,
-                                  tasks_per_domain=tasks, model_seed=seed, pairs=int(len(cpairs.frame)),
+                                  tasks_per_domain=tasks, model_seed=getattr(model, "seed", None), pairs=int(len(cpairs.frame)),
                                   tasks_with_pairs=_tasks_with_pairs(cpairs.frame), train_seconds=round(fit_s, 1),
                                   pairwise_accuracy=pairwise_accuracy(baseline_scorer(model), cpairs.frame))
     seconds["curve"] = round(time.perf_counter() - t0, 1)

@@ -325,11 +325,14 @@ class PairwiseLogit:
         q = self._question_matrix([(task_text(p), d) for p, d in zip(prompts, domains, strict=True)])
         return np.einsum("ij,ij->i", np.asarray(q @ self.W.T), self._plan_matrix(list(actions)))
 
+    def _described_features(self) -> dict[str, Any]:
+        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits", "latent")},
+                "plan_features": len(PLAN_FEATURES)}
+
     def describe(self) -> dict[str, Any]:
         """What a results file records of the fit: the features read, the chosen ``l2`` and the
         validation loss of each tried."""
-        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits", "latent")},
-                "plan_features": len(PLAN_FEATURES), "weights": int(self.W.size), "l2": self.l2,
+        return {**self._described_features(), "weights": int(self.W.size), "l2": self.l2,
                 "val_bt_loss": {f"{k:g}": round(v, 4) for k, v in self.val_loss.items()}}
 
 
@@ -362,19 +365,21 @@ class PairwiseMLP(PairwiseLogit):
         self.hidden, self.epochs, self.patience, self.lr, self.batch_size, self.seed = hidden, epochs, patience, lr, batch_size, seed
         self.best_epoch: dict[float, int] = {}
 
-    def _inputs(self, prompts: Sequence[str], domains: Sequence[str | None], actions: Sequence[str]) -> np.ndarray:
+    def _questions(self, prompts: Sequence[str], domains: Sequence[str | None]) -> np.ndarray:
+        """``psi(q)`` of each prompt, dense (a missing domain, None or NaN, reads as none)."""
         from orchrm.model.texts import task_text
 
-        q = self._question_matrix([(task_text(p), None if d is None or (isinstance(d, float) and math.isnan(d)) else d)
-                                   for p, d in zip(prompts, domains, strict=True)])
-        return np.hstack([q.toarray(), self._plan_matrix(list(actions))]).astype(np.float32)
+        return self._question_matrix([(task_text(p), None if d is None or (isinstance(d, float) and math.isnan(d)) else d)
+                                      for p, d in zip(prompts, domains, strict=True)]).toarray()
 
-    def _pair_inputs(self, pairs: pd.DataFrame) -> tuple[Any, Any]:
+    def _inputs(self, questions: np.ndarray, actions: Sequence[str]) -> Any:
         import torch
 
-        prompts, domains = list(pairs["prompt"]), list(pairs["domain"])
-        return (torch.from_numpy(self._inputs(prompts, domains, list(pairs["chosen"]))),
-                torch.from_numpy(self._inputs(prompts, domains, list(pairs["rejected"]))))
+        return torch.from_numpy(np.hstack([questions, self._plan_matrix(list(actions))]).astype(np.float32))
+
+    def _pair_inputs(self, pairs: pd.DataFrame) -> tuple[Any, Any]:
+        q = self._questions(list(pairs["prompt"]), list(pairs["domain"]))  # a pair's two plans share its question
+        return self._inputs(q, list(pairs["chosen"])), self._inputs(q, list(pairs["rejected"]))
 
     def _net(self, width: int) -> Any:
         import torch
@@ -438,10 +443,9 @@ class PairwiseMLP(PairwiseLogit):
 
         domains = [None] * len(prompts) if domains is None else list(domains)
         with torch.no_grad():
-            return self.net(torch.from_numpy(self._inputs(prompts, domains, actions))).squeeze(-1).double().numpy()
+            return self.net(self._inputs(self._questions(prompts, domains), actions)).squeeze(-1).double().numpy()
 
     def describe(self) -> dict[str, Any]:
-        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits", "latent")},
-                "plan_features": len(PLAN_FEATURES), "hidden": self.hidden, "weights": int(sum(p.numel() for p in self.net.parameters())),
+        return {**self._described_features(), "hidden": self.hidden, "weights": int(sum(p.numel() for p in self.net.parameters())),
                 "l2": self.l2, "best_epoch": self.best_epoch.get(self.l2),
                 "val_bt_loss": {f"{k:g}": round(v, 4) for k, v in self.val_loss.items()}}

@@ -48,9 +48,14 @@ def _domains(res: Record) -> list[str]:
     return [d for d in dict.fromkeys(r["domain"] for r in res.rows("references")) if d != "all"]
 
 
+def _base(scorer: str) -> str:
+    """The baseline an MLP baseline's further seed (``mlp_latent.seed1``) belongs to; any other scorer itself."""
+    return scorer.partition(".seed")[0]
+
+
 def _name(scorer: str) -> str:
     """A scorer's label; an MLP baseline's further seeds (``mlp_latent.seed1``) with their seed."""
-    base, _, seed = scorer.partition(".seed")
+    base, seed = _base(scorer), scorer.partition(".seed")[2]
     return SCORERS.get(scorer) or (f"{SCORERS[base]}, seed {seed}" if seed and base in SCORERS else scorer)
 
 
@@ -232,7 +237,7 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
                    "which does not, picks no better: the reward model learns from these pairs what a linear reader of the "
                    "text does not")
         elif perfect := [r for r in res.rows("rows") if r["domain"] == d and _sign(r["swap_cost"]) > 0
-                         and r["scorer"].partition(".seed")[0] in ("logreg_latent", "mlp_latent")]:
+                         and _base(r["scorer"]) in ("logreg_latent", "mlp_latent")]:
             why = ("neither reader of the text gains measurably from the question, but a reader of the task's latent "
                    "description does (" + "; ".join(f"{_name(r['scorer'])} {_pts(r['swap_cost'])}" for r in perfect)
                    + "): these pairs teach which plan suits which task, and what runs out is what the text shows of the "
@@ -262,7 +267,7 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
     nonlinear = {}  # each MLP baseline's seeds, over all domains
     for r in res.rows("rows"):
         if r["domain"] == "all" and r["scorer"].startswith("mlp"):
-            nonlinear.setdefault(r["scorer"].partition(".seed")[0], []).append(r)
+            nonlinear.setdefault(_base(r["scorer"]), []).append(r)
     if "mlp_latent" in nonlinear:
         seeds = nonlinear["mlp_latent"]
         text = nonlinear.get("mlp", [])
