@@ -37,7 +37,14 @@ but what a perfect reader of it could extract, so its gain from the question bou
 bilinear reader can learn from the same pairs; ``mlp_latent`` reads the same latent description with a small
 MLP (:class:`~benchmarks.common.feature_baseline.PairwiseMLP`) instead of a bilinear form, and
 ``mlp`` reads ``logreg``'s features of the text with it, so neither bound is one of linearity
-(each MLP is fitted once per ``--baseline-seeds`` seed). ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
+(each MLP is fitted once per ``--baseline-seeds`` seed). ``*_named`` and ``*_shown`` read the
+latent description with less of the entities' popularity, to say where the text runs out: of a
+multihop or web question ``named`` keeps the popularity of the entity the question names (a
+multihop question shows neither the later hops' entities nor a StrategyQA question's facts), and
+``shown`` gives that entity's popularity as its name shows it
+(:func:`~benchmarks.common.feature_baseline.shown_popularity`: the naming rules read back, right
+where the name follows the popularity), what a perfect reader of the text could know;
+``*_text_shown`` reads the text as ``logreg`` does and that reading of the name beside it. ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
 training): the one part of the pair table that is written by reading the question, the
 ``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model
 (``--model-seeds`` seeds, model and training seed together), ``logreg``, ``logreg_latent``, ``mlp``
@@ -64,7 +71,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -101,8 +108,14 @@ BASELINES: dict[str, QuestionFeatures] = {
     "logreg_ngrams": QuestionFeatures(question_features=False),
     "logreg_domain": QuestionFeatures(question_features=False, ngrams=False),
     "logreg_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
+    "logreg_named": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_view="named"),
+    "logreg_shown": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_view="shown"),
+    "logreg_text_shown": QuestionFeatures(latent=True, latent_view="shown"),
     "mlp": QuestionFeatures(),
     "mlp_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
+    "mlp_named": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_view="named"),
+    "mlp_shown": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_view="shown"),
+    "mlp_text_shown": QuestionFeatures(latent=True, latent_view="shown"),
 }
 #: the baselines a learning curve fits beside the reward model (those of ``--baselines``)
 CURVE_BASELINES = ("logreg", "logreg_latent", "mlp", "mlp_latent")
@@ -404,12 +417,12 @@ def _one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: dict[str, dict[str, float]] | None = None,
+def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: Mapping[str, dict[str, dict[str, float]]] | None = None,
                   seeds: Sequence[int] = (0,)) -> dict[str, tuple[PairwiseLogit, float]]:
     """Each baseline of ``names`` fitted on ``pairs`` (train split; l2 chosen on val), with its fit
-    seconds; ``latent``: each question's latent features (:func:`latent_questions`), for those that
-    read them. An MLP baseline (``mlp*``, seeded) is fitted once per seed of ``seeds``: the first
-    under its name, the others as ``<name>.seed<s>``; a logistic regression (convex) once."""
+    seconds; ``latent``: each question's latent features by view (:func:`latent_questions`), for
+    those that read them. An MLP baseline (``mlp*``, seeded) is fitted once per seed of ``seeds``:
+    the first under its name, the others as ``<name>.seed<s>``; a logistic regression (convex) once."""
     out = {}
     for name in names:
         mlp = name.startswith("mlp")
@@ -417,7 +430,8 @@ def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: dict[str, d
             key = name if i == 0 else f"{name}.seed{seed}"
             t0 = time.perf_counter()
             with _one_blas_thread():
-                features, known = BASELINES[name], latent if BASELINES[name].latent else None
+                features = BASELINES[name]
+                known = latent[features.latent_view] if features.latent and latent is not None else None
                 model = PairwiseMLP(features, latent=known, seed=seed) if mlp else PairwiseLogit(features, latent=known)
                 model.fit(pairs)
             out[key] = (model, time.perf_counter() - t0)
@@ -425,18 +439,19 @@ def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: dict[str, d
     return out
 
 
-def latent_questions(pool_config: PipelineConfig) -> dict[str, dict[str, float]]:
+def latent_questions(pool_config: PipelineConfig, views: Sequence[str] = ("all",)) -> dict[str, dict[str, dict[str, float]]]:
     """The sandbox's latent features (:func:`benchmarks.common.feature_baseline.latent_table`) of
-    every question a baseline may read: the tasks of ``pool_config``'s collection (the largest
-    curve point's, which holds every smaller one's: generators draw by seed and index) and of the
-    pool held out from it."""
+    every question a baseline may read, by view (those of ``views``): the tasks of ``pool_config``'s
+    collection (the largest curve point's, which holds every smaller one's: generators draw by seed
+    and index) and of the pool held out from it."""
     from orchrm.evaluation.pool import held_out_tasks
     from orchrm.execution.collect import load_domain_tasks
     from orchrm.execution.sandbox.engine import SandboxBackend
 
     c = pool_config.collect
     tasks = [*load_domain_tasks(c.domains, c.tasks_per_domain, c.seed, c.sources or None), *held_out_tasks(pool_config)]
-    return latent_table(tasks, SandboxBackend(pool_config.sandbox))
+    backend = SandboxBackend(pool_config.sandbox)
+    return {view: latent_table(tasks, backend, view) for view in dict.fromkeys(views)}
 
 
 def _per_task_records(t: pd.DataFrame) -> list[dict[str, Any]]:
@@ -647,7 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     head["in_sample_oracle"] = head["task_id"].map(frame.groupby("task_id")["expected_quality"].max())
     per_task = {"reward_model": head}
     accuracy = {"reward_model": pairwise_accuracy(rm_scorer(fitted.model), pairs.frame)}
-    latent = latent_questions(pool_config) if any(BASELINES[b].latent for b in args.baselines) else None
+    views = [BASELINES[b].latent_view for b in args.baselines if BASELINES[b].latent]
+    latent = latent_questions(pool_config, views) if views else None
     fitted_baselines = fit_baselines(pairs.frame, args.baselines, latent, args.baseline_seeds)
     info = {"reward_model": fitted.info}
     for name, (model, fit_s) in fitted_baselines.items():

@@ -100,6 +100,12 @@ class QuestionFeatures:
     #: the sandbox's own latent description of the task (:func:`latent_features`), looked up by
     #: question text: not what a reader of the text has, what a perfect reader could extract
     latent: bool = False
+    #: how much of that description (one of :data:`LATENT_VIEWS`)
+    latent_view: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.latent_view not in LATENT_VIEWS:
+            raise ValueError(f"latent_view {self.latent_view!r}: choose one of {', '.join(LATENT_VIEWS)}")
 
 
 def _domain_features(domain: str | None, question: str) -> dict[str, float]:
@@ -118,12 +124,87 @@ _MACHINERY = frozenset({"task_id", "index", "world", "corpus", "context", "page_
                         "misread_value", "gold", "subject", "asked", "entry_point"})
 
 
-def latent_features(task: Any, backend: Any) -> dict[str, float]:
+#: how much of a task's latent description a reader gets (:func:`latent_features`): ``all`` of it;
+#: ``named``: of the entities' popularity only that of the entity the question names; ``shown``:
+#: that entity's popularity as its name shows it (:func:`shown_popularity`), what the text holds
+LATENT_VIEWS = ("all", "named", "shown")
+_CO_SUFFIX = re.compile(r"\b(Pictures|Studios|Films|Media|Entertainment)$")
+
+
+def _syllables(word: str) -> int:
+    return len(re.findall(r"[aeiou]+", word.lower()))
+
+
+def shown_popularity(name: str, etype: str) -> str | None:
+    """How well known an entity of ``etype`` looks from its ``name``: ``famous``, ``known`` or
+    ``obscure``, read by the naming rules of :func:`orchrm.execution.tasks.qa.make_name` (obscure
+    entities get long, specific names; a name follows its entity's popularity four times in five,
+    so this is what the text shows, not the truth). None where the name shows nothing (countries).
+
+    >>> shown_popularity("Giallorhi J. Lardem-Gergriabou", "person"), shown_popularity("Rerdim Brothers Studios", "company")
+    ('obscure', 'known')
+    >>> shown_popularity("Vehar Broubudam", "person"), shown_popularity("Nocturne for Nine Crowns (1961 short)", "film")
+    ('known', 'obscure')
+    """
+    if etype == "person":
+        if re.search(r"\b[A-Z]\. \S+-", name):
+            return "obscure"
+        return "famous" if _syllables(name.split()[-1]) <= 1 else "known"
+    if etype == "company":
+        return "obscure" if "&" in name else "known" if " Brothers " in name else "famous"
+    if etype == "film":
+        if name.endswith("short)"):
+            return "obscure"
+        return "known" if name.startswith("The ") and " of " in name else "famous"
+    if etype in ("city", "town"):
+        if "-" in name or name.startswith(("Upper ", "Lower ")):
+            return "obscure"
+        if " " in name or re.search(r"(ton|burg)$", name):
+            return "known"
+        # a bare word: every famous city's form, one known city's in six (a two-syllable word)
+        return "famous"
+    return None
+
+
+def _named_entity(task: Any, state: Any) -> tuple[str, str] | None:
+    """The (name, type) of the entity a built-in multihop or web question names, else None."""
+    if hasattr(state, "hops"):  # a knowledge-graph question names the first hop's subject
+        e = state.world.entities[state.hops[0][0]]
+        return e.name, e.type
+    if "entity" in task.metadata and "world" in task.metadata and hasattr(state, "subject"):
+        from orchrm.execution.tasks.webqa import build_corpus
+
+        e = build_corpus(int(task.metadata["world"])).entities[str(task.metadata["entity"])]
+        return e.name, e.type
+    return None
+
+
+def _popularity(task: Any, state: Any, view: str) -> list[str]:
+    """The popularity categories ``view`` reads of a task (each counted): every hop's subject of a
+    knowledge-graph question, every fact of a StrategyQA one, a web question's subject; of those
+    ``named`` keeps the entity the question names (a StrategyQA question names no fact) and
+    ``shown`` reads that one off its name."""
+    if hasattr(state, "hops"):
+        subjects = [state.world.entities[s] for s, _, _ in state.hops]
+        found = [e.popularity for e in (subjects if view == "all" else subjects[:1])]
+    else:
+        value = getattr(state, "popularity", ())
+        found = [value] if isinstance(value, str) else ([] if view != "all" else list(value))
+    if view == "shown" and found:
+        named = _named_entity(task, state)
+        # SQuAD's popularity is itself read off the question's text: shown as it is
+        shown = shown_popularity(*named) if named else found[0]
+        found = [shown] if shown else []
+    return found
+
+
+def latent_features(task: Any, backend: Any, view: str = "all") -> dict[str, float]:
     """What the sandbox itself knows of ``task`` (its domain's prepared state, which decides
     every outcome) as numbers: each numeric or boolean field, the size of each collection, the
-    ``popularity`` categories counted, and for math the chance a lone run of each tier is right
-    (the simulator's own difficulty). A question's text only hints at these; a model reading
-    them is an upper bound on what any reader of the text could learn from the same pairs.
+    entities' ``popularity`` categories counted (how much of them: ``view``, one of
+    :data:`LATENT_VIEWS`), and for math the chance a lone run of each tier is right (the
+    simulator's own difficulty). A question's text only hints at these; a model reading them is an
+    upper bound on what any reader of the text could learn from the same pairs.
 
     >>> from orchrm.execution.sandbox.engine import SandboxBackend
     >>> from orchrm.execution.tasks.base import load_tasks
@@ -133,24 +214,21 @@ def latent_features(task: Any, backend: Any) -> dict[str, float]:
     """
     import dataclasses
 
+    if view not in LATENT_VIEWS:
+        raise ValueError(f"view {view!r}: choose one of {', '.join(LATENT_VIEWS)}")
     dom = backend.domain(task)
     state = dom.state(task)
     out: dict[str, float] = {}
     for field in dataclasses.fields(state):
-        if field.name in _MACHINERY:
+        if field.name in _MACHINERY or field.name == "popularity":
             continue
         value = getattr(state, field.name)
-        if field.name == "popularity":
-            for p in (value,) if isinstance(value, str) else value:
-                out[f"popularity={p}"] = out.get(f"popularity={p}", 0.0) + 1.0
-        elif isinstance(value, bool | int | float):
+        if isinstance(value, bool | int | float):
             out[field.name] = float(value)
         elif isinstance(value, tuple | list | frozenset | set | dict):
             out[f"len.{field.name}"] = float(len(value))
-    if hasattr(state, "hops"):  # a knowledge-graph question: how well known each hop's subject is
-        for subject, _, _ in state.hops:
-            p = f"popularity={state.world.entities[subject].popularity}"
-            out[p] = out.get(p, 0.0) + 1.0
+    for p in _popularity(task, state, view):
+        out[f"popularity={p}"] = out.get(f"popularity={p}", 0.0) + 1.0
     if hasattr(dom, "lone_run_chance"):  # math: the chance a lone run of each tier is right
         for tier in backend.tiers:
             out[f"p_ok.{tier}"] = float(dom.lone_run_chance(state, tier))
@@ -162,13 +240,13 @@ def latent_features(task: Any, backend: Any) -> dict[str, float]:
     return out
 
 
-def latent_table(tasks: Sequence[Any], backend: Any) -> dict[str, dict[str, float]]:
-    """:func:`latent_features` of each task by its question (as the pairs' prompts give it:
-    :func:`orchrm.model.texts.task_text`), every task of a domain with the same names (a count a
+def latent_table(tasks: Sequence[Any], backend: Any, view: str = "all") -> dict[str, dict[str, float]]:
+    """:func:`latent_features` (``view``) of each task by its question (as the pairs' prompts give
+    it: :func:`orchrm.model.texts.task_text`), every task of a domain with the same names (a count a
     task lacks is 0)."""
     from orchrm.model.texts import task_text
 
-    feats = {task_text(t.question): (t.domain, latent_features(t, backend)) for t in tasks}
+    feats = {task_text(t.question): (t.domain, latent_features(t, backend, view)) for t in tasks}
     names: dict[str, set[str]] = {}
     for domain, f in feats.values():
         names.setdefault(domain, set()).update(f)
@@ -326,7 +404,7 @@ class PairwiseLogit:
         return np.einsum("ij,ij->i", np.asarray(q @ self.W.T), self._plan_matrix(list(actions)))
 
     def _described_features(self) -> dict[str, Any]:
-        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits", "latent")},
+        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits", "latent", "latent_view")},
                 "plan_features": len(PLAN_FEATURES)}
 
     def describe(self) -> dict[str, Any]:

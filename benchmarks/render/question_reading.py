@@ -20,6 +20,12 @@ SCORERS = {
     "logreg_latent": "logreg (domain, the sandbox's latent task description)",
     "mlp": "MLP (logreg's features of the text)",
     "mlp_latent": "MLP (domain, the sandbox's latent task description)",
+    "logreg_named": "logreg (domain, the latent description with the named entity's popularity only)",
+    "logreg_shown": "logreg (domain, the latent description with the named entity's popularity as its name shows it)",
+    "mlp_named": "MLP (domain, the latent description with the named entity's popularity only)",
+    "mlp_shown": "MLP (domain, the latent description with the named entity's popularity as its name shows it)",
+    "logreg_text_shown": "logreg (the text's features and the named entity's popularity as its name shows it)",
+    "mlp_text_shown": "MLP (the text's features and the named entity's popularity as its name shows it)",
     "rule": "the specialized orchestrator's rule (no training)",
 }
 
@@ -311,6 +317,32 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
     return lines
 
 
+#: the readers that say how much of the latent description the text holds, in the order they lose it
+_SHOWN_STEPS = (("latent", "its latent description"), ("named", "the same, of the entities' popularity only the named one's"),
+                ("shown", "the same, that popularity as the name shows it"), ("text_shown", "the text, and that reading of the name"),
+                ("", "the text"))
+
+
+def text_shows(res: Record) -> list[str]:
+    """The latent readers given less and less of the entities' popularity, down to the readers of
+    the text: a table of their swap cost per domain (an MLP's the mean over its seeds), where any of
+    ``*_shown`` was fitted; else nothing."""
+    costs: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in res.rows("rows"):
+        costs[(_base(r["scorer"]), r["domain"])].append(100 * r["swap_cost"]["mean"])
+    if ("logreg_shown", "all") not in costs and ("mlp_shown", "all") not in costs:
+        return []
+    domains = [*_domains(res), "all"]
+    rows = [[f"`{name}`", what, *(f"{sum(c) / len(c):+.1f}" if (c := costs.get((name, d))) else "" for d in domains)]
+            for family in ("logreg", "mlp") for name, what in ((f"{family}_{v}" if v else family, what) for v, what in _SHOWN_STEPS)
+            if (name, "all") in costs]
+    return ["Readers of the task's latent description given less and less of the entities' popularity, down to the readers "
+            "of the text: swap cost in points (an MLP's the mean over its seeds). Where a reader of what the name shows gains "
+            "more than the readers of the text, the text holds what they do not extract; where it gains less than a reader of "
+            "the named entity's popularity, the name's own noise costs the difference.", "",
+            *table(["reader", "reads of the task", *domains], rows, right=2)]
+
+
 def _seeds_line(res: Record) -> str:
     seeds = res["settings"].get("curve_model_seeds")
     if not seeds:
@@ -340,6 +372,7 @@ def page(res: Record) -> list[str]:
             "reading the question is worth here.", "",
             "## The baselines against the reward model (paired over tasks)", "", *_versus(res), "",
             "## Where the information runs out", "", *verdict(res), "",
+            *(["## What the text shows of the task", "", *shows, ""] if (shows := text_shows(res)) else []),
             "## Learning curve over distinct training tasks", "",
             "Each cell: own-question quality / swap cost (pts) / gap closed, the mean over the model seeds (model and "
             "training seed together) or an MLP baseline's seeds; a logistic regression is deterministic. The code domain's data set holds fewer tasks than the "

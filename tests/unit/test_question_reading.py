@@ -4,6 +4,7 @@ question when a word of it decides the better plan."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -18,6 +19,7 @@ from benchmarks.common.feature_baseline import (
     latent_features,
     latent_table,
     plan_features,
+    shown_popularity,
 )
 from benchmarks.question_reading import derangement, pick_with_questions, summarise, target_checks
 
@@ -160,6 +162,49 @@ def test_latent_features_describe_every_sandbox_domain_with_one_set_of_names_per
     for d in ("math", "code", "multihop", "webqa"):
         names = {tuple(table[task_text(t.question)]) for t in tasks if t.domain == d}
         assert len(names) == 1  # every task of a domain: the same names, a missing count 0
+
+
+def test_the_views_of_the_latent_description_keep_less_of_the_entities_popularity():
+    """``all`` counts every hop's subject of a multihop question, ``named`` the one the question
+    names, ``shown`` that one as its name shows it; the other features are the same in every view."""
+    from orchrm.execution.sandbox.engine import SandboxBackend
+    from orchrm.execution.tasks.base import load_tasks
+
+    backend = SandboxBackend()
+    for task in load_tasks("multihop", 8, seed=5):
+        state = backend.domain(task).state(task)
+        views = {v: latent_features(task, backend, v) for v in ("all", "named", "shown")}
+        pops = {v: {k: x for k, x in f.items() if k.startswith("popularity=")} for v, f in views.items()}
+        assert sum(pops["all"].values()) == len(state.hops)
+        named = state.world.entities[state.hops[0][0]]
+        assert named.name in task.question and pops["named"] == {f"popularity={named.popularity}": 1.0}
+        shown = shown_popularity(named.name, named.type)
+        assert pops["shown"] == ({f"popularity={shown}": 1.0} if shown else {})
+        rest = [{k: x for k, x in f.items() if not k.startswith("popularity=")} for f in views.values()]
+        assert rest[0] == rest[1] == rest[2]
+    web = load_tasks("webqa", 1, seed=5)[0]
+    assert web.metadata["entity"] and sum(v for k, v in latent_features(web, backend, "shown").items() if k.startswith("popularity=")) == 1
+    with pytest.raises(ValueError, match="choose one of all, named, shown"):
+        latent_features(web, backend, "everything")
+    with pytest.raises(ValueError, match="latent_view 'everything'"):
+        QuestionFeatures(latent=True, latent_view="everything")
+
+
+def test_a_name_shows_its_entitys_popularity_about_as_often_as_the_naming_rules_make_it_follow():
+    """A name is drawn in its entity's popularity style four times in five, else in a style drawn
+    at random (so 13 in 15 names match); reading the style back recovers about that share, and
+    every style is read where the name shows one."""
+    from collections import Counter
+
+    from orchrm.execution.tasks.multihop import build_world
+
+    seen = Counter()
+    for e in build_world().entities.values():
+        if e.twin_of is None and e.type != "country":
+            seen[shown_popularity(e.name, e.type) == e.popularity] += 1
+    assert 0.8 < seen[True] / sum(seen.values()) < 0.92
+    assert shown_popularity("Vorland", "country") is None
+    assert {shown_popularity(n, "city") for n in ("Upper Kela-on-Doru", "Port Mira", "Zo")} == {"obscure", "known", "famous"}
 
 
 def _pool(tasks: int) -> pd.DataFrame:
@@ -414,3 +459,36 @@ def test_the_question_reading_page_says_the_text_runs_out_where_a_latent_reader_
     assert says in text
     assert "A perfect reader that is not linear** (MLP (domain, the sandbox's latent task description), 2 seed(s))" in text
     assert "(mean +1.5); it picks 0.800 [0.79, 0.81] / 0.830 [0.82, 0.84]. The same MLP on the text: +0.0" in text
+
+
+def test_the_question_reading_page_lays_out_what_the_text_shows_from_all_of_the_latent_description_down_to_the_text():
+    from benchmarks.common.results_io import RESULTS
+    from benchmarks.render.question_reading import page, text_shows
+    from benchmarks.render.records import Record
+
+    def d(x):
+        return {"mean": x, "ci_low": x - 0.01, "ci_high": x + 0.01}
+
+    swap = {"logreg_latent": 0.06, "logreg_named": 0.05, "logreg_shown": 0.03, "logreg_text_shown": 0.01, "logreg": 0.0,
+            "mlp_latent": 0.04, "mlp_latent.seed1": 0.02, "mlp_named": 0.03, "mlp_shown": 0.01, "mlp": 0.0, "reward_model": 0.0}
+    rows = [{"scorer": s, "domain": dom, "own": d(0.8), "swap_cost": d(x)} for s, x in swap.items() for dom in ("multihop", "all")]
+
+    def shows(rows):
+        return text_shows(Record({"rows": rows, "references": [{"domain": dom} for dom in ("multihop", "all")]}, "question_reading.json"))
+
+    table = [line for line in shows(rows) if line.startswith("| `")]
+    assert table == ["| `logreg_latent` | its latent description | +6.0 | +6.0 |",
+                     "| `logreg_named` | the same, of the entities' popularity only the named one's | +5.0 | +5.0 |",
+                     "| `logreg_shown` | the same, that popularity as the name shows it | +3.0 | +3.0 |",
+                     "| `logreg_text_shown` | the text, and that reading of the name | +1.0 | +1.0 |",
+                     "| `logreg` | the text | +0.0 | +0.0 |",
+                     "| `mlp_latent` | its latent description | +3.0 | +3.0 |",  # an MLP: the mean of its seeds
+                     "| `mlp_named` | the same, of the entities' popularity only the named one's | +3.0 | +3.0 |",
+                     "| `mlp_shown` | the same, that popularity as the name shows it | +1.0 | +1.0 |",
+                     "| `mlp` | the text | +0.0 | +0.0 |"]
+    assert shows([r for r in rows if "shown" not in r["scorer"]]) == []
+    # the measured file's page holds the table under its own heading
+    measured = Record(json.loads((RESULTS / "ablations" / "named_shown.json").read_text()), "named_shown.json")
+    lines = page(measured)
+    at = lines.index("## What the text shows of the task")
+    assert lines[at + 4:at + 6] == text_shows(measured)[2:4] and "| `logreg_shown` |" in "\n".join(lines[at:])
