@@ -40,11 +40,12 @@ MLP (:class:`~benchmarks.common.feature_baseline.PairwiseMLP`) instead of a bili
 (each MLP is fitted once per ``--baseline-seeds`` seed). ``*_named`` and ``*_shown`` read the
 latent description with less of the entities' popularity, to say where the text runs out: of a
 multihop or web question ``named`` keeps the popularity of the entity the question names (a
-multihop question shows neither the later hops' entities nor a StrategyQA question's facts), and
+multihop question names neither its later hops' entities nor, from StrategyQA, its facts), and
 ``shown`` gives that entity's popularity as its name shows it
 (:func:`~benchmarks.common.feature_baseline.shown_popularity`: the naming rules read back, right
-where the name follows the popularity), what a perfect reader of the text could know;
-``*_text_shown`` reads the text as ``logreg`` does and that reading of the name beside it. ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
+where the name follows the popularity): in multihop, where the trap and the hops are in the text
+too, what a perfect reader of the text could know; ``*_text_shown`` reads the text as ``logreg`` does and that reading of the name beside it.
+``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
 training): the one part of the pair table that is written by reading the question, the
 ``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model
 (``--model-seeds`` seeds, model and training seed together), ``logreg``, ``logreg_latent``, ``mlp``

@@ -128,7 +128,6 @@ _MACHINERY = frozenset({"task_id", "index", "world", "corpus", "context", "page_
 #: ``named``: of the entities' popularity only that of the entity the question names; ``shown``:
 #: that entity's popularity as its name shows it (:func:`shown_popularity`), what the text holds
 LATENT_VIEWS = ("all", "named", "shown")
-_CO_SUFFIX = re.compile(r"\b(Pictures|Studios|Films|Media|Entertainment)$")
 
 
 def _syllables(word: str) -> int:
