@@ -333,9 +333,10 @@ def text_shows(res: Record) -> list[str]:
     if ("logreg_shown", "all") not in costs and ("mlp_shown", "all") not in costs:
         return []
     domains = [*_domains(res), "all"]
-    rows = [[f"`{name}`", what, *(f"{sum(c) / len(c):+.1f}" if (c := costs.get((name, d))) else "" for d in domains)]
-            for family in ("logreg", "mlp") for name, what in ((f"{family}_{v}" if v else family, what) for v, what in _SHOWN_STEPS)
-            if (name, "all") in costs]
+    readers = [(f"`{name}`", name, what) for family in ("logreg", "mlp")
+               for name, what in ((f"{family}_{v}" if v else family, what) for v, what in _SHOWN_STEPS)]
+    rows = [[label, what, *(f"{sum(c) / len(c):+.1f}" if (c := costs.get((name, d))) else "" for d in domains)]
+            for label, name, what in [*readers, ("reward model", "reward_model", "the text")] if (name, "all") in costs]
     return ["Readers of the task's latent description given less and less of the entities' popularity, down to the readers "
             "of the text: swap cost in points (an MLP's the mean over its seeds). Where a reader of what the name shows gains "
             "more than the readers of the text, the text holds what they do not extract; where it gains less than a reader of "

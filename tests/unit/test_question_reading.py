@@ -486,6 +486,7 @@ def test_the_question_reading_page_lays_out_what_the_text_shows_from_all_of_the_
                      "| `mlp_named` | the same, of the entities' popularity only the named one's | +3.0 | +3.0 |",
                      "| `mlp_shown` | the same, that popularity as the name shows it | +1.0 | +1.0 |",
                      "| `mlp` | the text | +0.0 | +0.0 |"]
+    assert shows(rows)[-1] == "| reward model | the text | +0.0 | +0.0 |"
     assert shows([r for r in rows if "shown" not in r["scorer"]]) == []
     # the measured file's page holds the table under its own heading
     measured = Record(json.loads((RESULTS / "ablations" / "named_shown.json").read_text()), "named_shown.json")
