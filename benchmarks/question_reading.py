@@ -45,6 +45,9 @@ multihop question names neither its later hops' entities nor, from StrategyQA, i
 (:func:`~benchmarks.common.feature_baseline.shown_popularity`: the naming rules read back, right
 where the name follows the popularity): in multihop, where the trap and the hops are in the text
 too, what a perfect reader of the text could know; ``*_text_shown`` reads the text as ``logreg`` does and that reading of the name beside it.
+``*_latent_asked`` read the latent description with what the question asks beside it (a web
+question's attribute, a multihop question's relations: words of the task's state that the rest
+leaves out).
 ``rule`` is the specialized orchestrator's rule of thumb (:func:`rule_scorer`, no
 training): the one part of the pair table that is written by reading the question, the
 ``specialized-over-base`` pairs, comes from it. A learning curve repeats the reward model
@@ -109,11 +112,13 @@ BASELINES: dict[str, QuestionFeatures] = {
     "logreg_ngrams": QuestionFeatures(question_features=False),
     "logreg_domain": QuestionFeatures(question_features=False, ngrams=False),
     "logreg_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
+    "logreg_latent_asked": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_asked=True),
     "logreg_named": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_view="named"),
     "logreg_shown": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_view="shown"),
     "logreg_text_shown": QuestionFeatures(latent=True, latent_view="shown"),
     "mlp": QuestionFeatures(),
     "mlp_latent": QuestionFeatures(question_features=False, ngrams=False, latent=True),
+    "mlp_latent_asked": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_asked=True),
     "mlp_named": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_view="named"),
     "mlp_shown": QuestionFeatures(question_features=False, ngrams=False, latent=True, latent_view="shown"),
     "mlp_text_shown": QuestionFeatures(latent=True, latent_view="shown"),
@@ -418,10 +423,10 @@ def _one_blas_thread() -> Any:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: Mapping[str, dict[str, dict[str, float]]] | None = None,
+def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: Mapping[tuple[str, bool], dict[str, dict[str, float]]] | None = None,
                   seeds: Sequence[int] = (0,)) -> dict[str, tuple[PairwiseLogit, float]]:
     """Each baseline of ``names`` fitted on ``pairs`` (train split; l2 chosen on val), with its fit
-    seconds; ``latent``: each question's latent features by view (:func:`latent_questions`), for
+    seconds; ``latent``: each question's latent features by kind (:func:`latent_questions`), for
     those that read them. An MLP baseline (``mlp*``, seeded) is fitted once per seed of ``seeds``:
     the first under its name, the others as ``<name>.seed<s>``; a logistic regression (convex) once."""
     out = {}
@@ -432,7 +437,7 @@ def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: Mapping[str
             t0 = time.perf_counter()
             with _one_blas_thread():
                 features = BASELINES[name]
-                known = latent[features.latent_view] if features.latent and latent is not None else None
+                known = latent[features.latent_kind] if features.latent and latent is not None else None
                 model = PairwiseMLP(features, latent=known, seed=seed) if mlp else PairwiseLogit(features, latent=known)
                 model.fit(pairs)
             out[key] = (model, time.perf_counter() - t0)
@@ -440,9 +445,11 @@ def fit_baselines(pairs: pd.DataFrame, names: Sequence[str], latent: Mapping[str
     return out
 
 
-def latent_questions(pool_config: PipelineConfig, views: Sequence[str] = ("all",)) -> dict[str, dict[str, dict[str, float]]]:
+def latent_questions(pool_config: PipelineConfig, kinds: Sequence[tuple[str, bool]] = (("all", False),)
+                     ) -> dict[tuple[str, bool], dict[str, dict[str, float]]]:
     """The sandbox's latent features (:func:`benchmarks.common.feature_baseline.latent_table`) of
-    every question a baseline may read, by view (those of ``views``): the tasks of ``pool_config``'s
+    every question a baseline may read, by kind (``QuestionFeatures.latent_kind``: view and
+    whether with what the question asks; those of ``kinds``): the tasks of ``pool_config``'s
     collection (the largest curve point's, which holds every smaller one's: generators draw by seed
     and index) and of the pool held out from it."""
     from orchrm.evaluation.pool import held_out_tasks
@@ -452,7 +459,7 @@ def latent_questions(pool_config: PipelineConfig, views: Sequence[str] = ("all",
     c = pool_config.collect
     tasks = [*load_domain_tasks(c.domains, c.tasks_per_domain, c.seed, c.sources or None), *held_out_tasks(pool_config)]
     backend = SandboxBackend(pool_config.sandbox)
-    return {view: latent_table(tasks, backend, view) for view in dict.fromkeys(views)}
+    return {(view, asked): latent_table(tasks, backend, view, asked=asked) for view, asked in dict.fromkeys(kinds)}
 
 
 def _per_task_records(t: pd.DataFrame) -> list[dict[str, Any]]:
@@ -663,8 +670,8 @@ def main(argv: list[str] | None = None) -> int:
     head["in_sample_oracle"] = head["task_id"].map(frame.groupby("task_id")["expected_quality"].max())
     per_task = {"reward_model": head}
     accuracy = {"reward_model": pairwise_accuracy(rm_scorer(fitted.model), pairs.frame)}
-    views = [BASELINES[b].latent_view for b in args.baselines if BASELINES[b].latent]
-    latent = latent_questions(pool_config, views) if views else None
+    kinds = [BASELINES[b].latent_kind for b in args.baselines if BASELINES[b].latent]
+    latent = latent_questions(pool_config, kinds) if kinds else None
     fitted_baselines = fit_baselines(pairs.frame, args.baselines, latent, args.baseline_seeds)
     info = {"reward_model": fitted.info}
     for name, (model, fit_s) in fitted_baselines.items():

@@ -102,10 +102,17 @@ class QuestionFeatures:
     latent: bool = False
     #: how much of that description (one of :data:`LATENT_VIEWS`)
     latent_view: str = "all"
+    #: with what the question asks (a web question's attribute, a multihop question's relations)
+    latent_asked: bool = False
 
     def __post_init__(self) -> None:
         if self.latent_view not in LATENT_VIEWS:
             raise ValueError(f"latent_view {self.latent_view!r}: choose one of {', '.join(LATENT_VIEWS)}")
+
+    @property
+    def latent_kind(self) -> tuple[str, bool]:
+        """Which latent table the model reads: ``(latent_view, latent_asked)``."""
+        return self.latent_view, self.latent_asked
 
 
 def _domain_features(domain: str | None, question: str) -> dict[str, float]:
@@ -197,13 +204,25 @@ def _popularity(task: Any, state: Any, view: str) -> list[str]:
     return found
 
 
-def latent_features(task: Any, backend: Any, view: str = "all") -> dict[str, float]:
+def _asked(state: Any) -> list[str]:
+    """What a question asks, as categories: each hop's relation of a knowledge-graph question, the
+    attribute of a web question; none for the other domains (their state has no such field)."""
+    if hasattr(state, "hops"):
+        return [f"relation={rel}" for _, rel, _ in state.hops]
+    if isinstance(getattr(state, "asked", None), str):
+        return [f"asked={state.asked}"]
+    return []
+
+
+def latent_features(task: Any, backend: Any, view: str = "all", *, asked: bool = False) -> dict[str, float]:
     """What the sandbox itself knows of ``task`` (its domain's prepared state, which decides
     every outcome) as numbers: each numeric or boolean field, the size of each collection, the
     entities' ``popularity`` categories counted (how much of them: ``view``, one of
-    :data:`LATENT_VIEWS`), and for math the chance a lone run of each tier is right (the
-    simulator's own difficulty). A question's text only hints at these; a model reading them is an
-    upper bound on what any reader of the text could learn from the same pairs.
+    :data:`LATENT_VIEWS`), for math the chance a lone run of each tier is right (the simulator's
+    own difficulty), and with ``asked`` what the question asks (:func:`_asked`, counted: the state's
+    words, which the rest leaves out). A question's text only hints at most of these; a model
+    reading them bounds what a reader of the text could learn from the same pairs, as far as they
+    describe the task.
 
     >>> from orchrm.execution.sandbox.engine import SandboxBackend
     >>> from orchrm.execution.tasks.base import load_tasks
@@ -226,8 +245,8 @@ def latent_features(task: Any, backend: Any, view: str = "all") -> dict[str, flo
             out[field.name] = float(value)
         elif isinstance(value, tuple | list | frozenset | set | dict):
             out[f"len.{field.name}"] = float(len(value))
-    for p in _popularity(task, state, view):
-        out[f"popularity={p}"] = out.get(f"popularity={p}", 0.0) + 1.0
+    for key in [f"popularity={p}" for p in _popularity(task, state, view)] + (_asked(state) if asked else []):
+        out[key] = out.get(key, 0.0) + 1.0
     if hasattr(dom, "lone_run_chance"):  # math: the chance a lone run of each tier is right
         for tier in backend.tiers:
             out[f"p_ok.{tier}"] = float(dom.lone_run_chance(state, tier))
@@ -239,13 +258,13 @@ def latent_features(task: Any, backend: Any, view: str = "all") -> dict[str, flo
     return out
 
 
-def latent_table(tasks: Sequence[Any], backend: Any, view: str = "all") -> dict[str, dict[str, float]]:
-    """:func:`latent_features` (``view``) of each task by its question (as the pairs' prompts give
-    it: :func:`orchrm.model.texts.task_text`), every task of a domain with the same names (a count a
-    task lacks is 0)."""
+def latent_table(tasks: Sequence[Any], backend: Any, view: str = "all", *, asked: bool = False) -> dict[str, dict[str, float]]:
+    """:func:`latent_features` (``view``, ``asked``) of each task by its question (as the pairs'
+    prompts give it: :func:`orchrm.model.texts.task_text`), every task of a domain with the same
+    names (a count a task lacks is 0)."""
     from orchrm.model.texts import task_text
 
-    feats = {task_text(t.question): (t.domain, latent_features(t, backend, view)) for t in tasks}
+    feats = {task_text(t.question): (t.domain, latent_features(t, backend, view, asked=asked)) for t in tasks}
     names: dict[str, set[str]] = {}
     for domain, f in feats.values():
         names.setdefault(domain, set()).update(f)
@@ -403,7 +422,8 @@ class PairwiseLogit:
         return np.einsum("ij,ij->i", np.asarray(q @ self.W.T), self._plan_matrix(list(actions)))
 
     def _described_features(self) -> dict[str, Any]:
-        return {"question_features": {k: getattr(self.features, k) for k in ("domain", "question_features", "ngrams", "bits", "latent", "latent_view")},
+        read = ("domain", "question_features", "ngrams", "bits", "latent", "latent_view", "latent_asked")
+        return {"question_features": {k: getattr(self.features, k) for k in read},
                 "plan_features": len(PLAN_FEATURES)}
 
     def describe(self) -> dict[str, Any]:

@@ -20,6 +20,8 @@ SCORERS = {
     "logreg_latent": "logreg (domain, the sandbox's latent task description)",
     "mlp": "MLP (logreg's features of the text)",
     "mlp_latent": "MLP (domain, the sandbox's latent task description)",
+    "logreg_latent_asked": "logreg (domain, the latent description and what the question asks)",
+    "mlp_latent_asked": "MLP (domain, the latent description and what the question asks)",
     "logreg_named": "logreg (domain, the latent description with the named entity's popularity only)",
     "logreg_shown": "logreg (domain, the latent description with the named entity's popularity as its name shows it)",
     "mlp_named": "MLP (domain, the latent description with the named entity's popularity only)",

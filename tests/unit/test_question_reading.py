@@ -182,8 +182,15 @@ def test_the_views_of_the_latent_description_keep_less_of_the_entities_popularit
         assert pops["shown"] == ({f"popularity={shown}": 1.0} if shown else {})
         rest = [{k: x for k, x in f.items() if not k.startswith("popularity=")} for f in views.values()]
         assert rest[0] == rest[1] == rest[2]
+        asked = latent_features(task, backend, asked=True)  # with each hop's relation, the rest alike
+        assert {k: v for k, v in asked.items() if not k.startswith("relation=")} == views["all"]
+        assert sum(v for k, v in asked.items() if k.startswith("relation=")) == len(state.hops)
     web = load_tasks("webqa", 1, seed=5)[0]
     assert web.metadata["entity"] and sum(v for k, v in latent_features(web, backend, "shown").items() if k.startswith("popularity=")) == 1
+    attribute = backend.domain(web).state(web).asked
+    assert set(latent_features(web, backend, asked=True)) - set(latent_features(web, backend)) == {f"asked={attribute}"}
+    math_task = load_tasks("math", 1, seed=5)[0]
+    assert latent_features(math_task, backend, asked=True) == latent_features(math_task, backend)  # math asks no category
     with pytest.raises(ValueError, match="choose one of all, named, shown"):
         latent_features(web, backend, "everything")
     with pytest.raises(ValueError, match="latent_view 'everything'"):
