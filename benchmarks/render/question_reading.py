@@ -245,7 +245,7 @@ def verdict(res: Record, baseline: str = "logreg") -> list[str]:
                    "which does not, picks no better: the reward model learns from these pairs what a linear reader of the "
                    "text does not")
         elif perfect := [r for r in res.rows("rows") if r["domain"] == d and _sign(r["swap_cost"]) > 0
-                         and _base(r["scorer"]) in ("logreg_latent", "mlp_latent")]:
+                         and _base(r["scorer"]) in ("logreg_latent", "mlp_latent", "logreg_latent_asked", "mlp_latent_asked")]:
             why = ("neither reader of the text gains measurably from the question, but a reader of the task's latent "
                    "description does (" + "; ".join(f"{_name(r['scorer'])} {_pts(r['swap_cost'])}" for r in perfect)
                    + "): these pairs teach which plan suits which task, and what runs out is what the text shows of the "
